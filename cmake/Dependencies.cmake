@@ -1,0 +1,14 @@
+# Debian packages the library builds against (scripts/setup.sh installs them).
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(PkgConfig REQUIRED)
+
+add_library(df_deps INTERFACE)
+target_link_libraries(df_deps INTERFACE Threads::Threads nlohmann_json::nlohmann_json)
+
+# io_uring is optional at build time and at run time: reads fall back to a pread pool.
+pkg_check_modules(URING IMPORTED_TARGET liburing)
+if(URING_FOUND)
+  target_link_libraries(df_deps INTERFACE PkgConfig::URING)
+  target_compile_definitions(df_deps INTERFACE DISKFORMER_HAVE_URING=1)
+endif()

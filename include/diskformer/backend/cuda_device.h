@@ -1,0 +1,24 @@
+// What the CUDA runtime sees: used by the CLI (default backend), by GPU tests (skip without a GPU) and by bench.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace df::cuda {
+
+struct DeviceInfo {
+  int count = 0;              // visible CUDA devices; 0 where none or no driver
+  std::string name;           // device 0
+  int sm_major = 0, sm_minor = 0;
+  uint64_t total_bytes = 0;   // device 0 memory
+  std::string why_none;       // when count == 0: the runtime's reason
+};
+
+// Safe to call without a driver: reports count 0 and the reason.
+DeviceInfo query_devices();
+
+// Adds one to each of n floats on device 0 and copies them back: proves that code built here runs there.
+// Returns false with a reason when no device can run it.
+bool selftest_add_one(float* host_values, int n, std::string* why);
+
+}  // namespace df::cuda

@@ -1,0 +1,10 @@
+// One entry point per subcommand: int cmd_NAME(int argc, char** argv), argv[1] being the command's name.
+// Each returns the process exit code: 0 success, 1 runtime failure, 2 usage error (../docs/CLI.md).
+#pragma once
+
+namespace df::cli {
+
+int cmd_inspect(int argc, char** argv);
+int cmd_synth(int argc, char** argv);
+
+}  // namespace df::cli

@@ -1,0 +1,202 @@
+// diskformer inspect -m MODEL.gguf [--json]: what a GGUF holds, and where its bytes are.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "diskformer/gguf/reader.h"
+#include "diskformer/model/breakdown.h"
+#include "diskformer/util/size.h"
+
+namespace df::cli {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kSpecialTokens[] = {"bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask"};
+
+std::string shape_text(const gguf::TensorInfo& t) {
+  std::string s;
+  for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? " x " : "") + std::to_string(t.shape[i]);
+  return s;
+}
+
+json value_json(const gguf::Value& v, size_t max_items) {
+  if (auto u = std::get_if<uint64_t>(&v.data)) return *u;
+  if (auto i = std::get_if<int64_t>(&v.data)) return *i;
+  if (auto d = std::get_if<double>(&v.data)) return *d;
+  if (auto b = std::get_if<bool>(&v.data)) return *b;
+  if (auto s = v.str()) return *s;
+  const auto& a = *v.array();
+  if (a.items.size() > max_items)
+    return json{{"array_of", gguf::value_type_name(a.elem_type)}, {"length", a.items.size()}};
+  json out = json::array();
+  for (const auto& item : a.items) out.push_back(value_json(item, max_items));
+  return out;
+}
+
+struct TokenizerSummary {
+  std::string model, pre;
+  uint64_t vocab_size = 0;
+  bool has_template = false;
+  std::vector<std::pair<std::string, std::pair<uint64_t, std::string>>> special;  // role -> (id, text)
+  std::vector<std::pair<std::string, bool>> flags;                              // add_bos_token, ...
+};
+
+TokenizerSummary tokenizer_summary(const gguf::File& f) {
+  TokenizerSummary t;
+  t.model = f.get_string_or("tokenizer.ggml.model", "");
+  t.pre = f.get_string_or("tokenizer.ggml.pre", "");
+  const gguf::Value* tokens = f.find("tokenizer.ggml.tokens");
+  const gguf::Array* arr = tokens ? tokens->array() : nullptr;
+  t.vocab_size = arr ? arr->items.size() : 0;
+  t.has_template = f.find("tokenizer.chat_template") != nullptr;
+  for (const char* role : kSpecialTokens) {
+    std::string key = std::string("tokenizer.ggml.") + role + "_token_id";
+    const gguf::Value* v = f.find(key);
+    auto id = v ? v->to_u64() : std::nullopt;
+    if (!id) continue;
+    std::string text;
+    if (arr && *id < arr->items.size() && arr->items[*id].str()) text = *arr->items[*id].str();
+    t.special.push_back({role, {*id, text}});
+  }
+  for (const char* flag : {"add_bos_token", "add_eos_token", "add_space_prefix"}) {
+    const gguf::Value* v = f.find(std::string("tokenizer.ggml.") + flag);
+    if (v && v->to_bool()) t.flags.push_back({flag, *v->to_bool()});
+  }
+  return t;
+}
+
+int print_json(const gguf::File& f, const model::Breakdown& b) {
+  json j;
+  j["path"] = f.path;
+  j["file_bytes"] = f.file_size;
+  j["gguf_version"] = f.version;
+  j["alignment"] = f.alignment;
+  j["data_offset"] = f.data_offset;
+  j["architecture"] = f.architecture();
+  std::string arch = f.architecture();
+  json hp = json::object(), meta = json::object();
+  for (const auto& kv : f.metadata) {
+    if (!arch.empty() && kv.key.rfind(arch + ".", 0) == 0) hp[kv.key.substr(arch.size() + 1)] = value_json(kv.value, 64);
+    meta[kv.key] = value_json(kv.value, 64);
+  }
+  j["hyperparameters"] = hp;
+  j["metadata"] = meta;
+  auto tok = tokenizer_summary(f);
+  json special = json::object();
+  for (const auto& [role, p] : tok.special) special[role] = {{"id", p.first}, {"text", p.second}};
+  json flags = json::object();
+  for (const auto& [k, v] : tok.flags) flags[k] = v;
+  j["tokenizer"] = {{"model", tok.model}, {"pre", tok.pre},          {"vocab_size", tok.vocab_size},
+                    {"special", special}, {"flags", flags},          {"chat_template", tok.has_template}};
+  json cats = json::object();
+  for (int c = 0; c < 5; ++c) {
+    auto cat = static_cast<model::TensorCategory>(c);
+    cats[std::string(model::category_name(cat))] = b.bytes(cat);
+  }
+  j["bytes_by_category"] = cats;
+  j["tensor_bytes"] = b.total;
+  json experts = json::array();
+  for (const auto& el : b.expert_layers)
+    experts.push_back({{"layer", el.layer}, {"experts", el.n_experts}, {"record_bytes", el.record_bytes}});
+  j["expert_layers"] = experts;
+  json tensors = json::array();
+  for (const auto& t : f.tensors)
+    tensors.push_back({{"name", t.name},
+                       {"type", gguf::type_name(t.type)},
+                       {"shape", t.shape},
+                       {"bytes", t.n_bytes},
+                       {"offset", t.offset},
+                       {"category", model::category_name(model::categorize(t.name))}});
+  j["tensors"] = tensors;
+  std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+  return 0;
+}
+
+int print_text(const gguf::File& f, const model::Breakdown& b) {
+  std::string arch = f.architecture();
+  std::printf("%s: GGUF v%u, %s, %zu tensors, %zu metadata keys, alignment %u, tensor data at offset %llu\n",
+              f.path.c_str(), f.version, format_size(f.file_size).c_str(), f.tensors.size(), f.metadata.size(),
+              f.alignment, static_cast<unsigned long long>(f.data_offset));
+  std::printf("architecture: %s\n", arch.empty() ? "(none: vocabulary only)" : arch.c_str());
+  std::string name = f.get_string_or("general.name", "");
+  if (!name.empty()) std::printf("name: %s\n", name.c_str());
+
+  if (!arch.empty()) {
+    std::printf("\nhyperparameters:\n");
+    for (const auto& kv : f.metadata)
+      if (kv.key.rfind(arch + ".", 0) == 0)
+        std::printf("  %-40s %s\n", kv.key.substr(arch.size() + 1).c_str(), kv.value.summary().c_str());
+  }
+
+  auto tok = tokenizer_summary(f);
+  if (!tok.model.empty()) {
+    std::printf("\ntokenizer: model %s, pre-tokenizer %s, vocabulary %llu tokens%s\n", tok.model.c_str(),
+                tok.pre.empty() ? "(none)" : tok.pre.c_str(), static_cast<unsigned long long>(tok.vocab_size),
+                tok.has_template ? ", chat template" : "");
+    for (const auto& [role, p] : tok.special)
+      std::printf("  %-5s %-8llu %s\n", role.c_str(), static_cast<unsigned long long>(p.first),
+                  gguf::Value::string(p.second).summary().c_str());
+    for (const auto& [k, v] : tok.flags) std::printf("  %s = %s\n", k.c_str(), v ? "true" : "false");
+  }
+
+  if (!f.tensors.empty()) {
+    std::printf("\nbytes by category:\n");
+    for (int c = 0; c < 5; ++c) {
+      auto cat = static_cast<model::TensorCategory>(c);
+      uint64_t n = b.bytes(cat);
+      std::printf("  %-28s %14llu  %-11s %5.1f%%\n", std::string(model::category_name(cat)).c_str(),
+                  static_cast<unsigned long long>(n), format_size(n).c_str(), b.total ? 100.0 * n / b.total : 0.0);
+    }
+    std::printf("  %-28s %14llu  %s\n", "total", static_cast<unsigned long long>(b.total), format_size(b.total).c_str());
+    if (!b.expert_layers.empty()) {
+      const auto& first = b.expert_layers.front();
+      bool uniform = true;
+      for (const auto& el : b.expert_layers)
+        uniform = uniform && el.n_experts == first.n_experts && el.record_bytes == first.record_bytes;
+      if (uniform)
+        std::printf("  routed experts: %zu layers x %u experts, one expert record (gate+up+down) %llu bytes (%s)\n",
+                    b.expert_layers.size(), first.n_experts, static_cast<unsigned long long>(first.record_bytes),
+                    format_size(first.record_bytes).c_str());
+      else
+        for (const auto& el : b.expert_layers)
+          std::printf("  routed experts, layer %u: %u experts, record %llu bytes\n", el.layer, el.n_experts,
+                      static_cast<unsigned long long>(el.record_bytes));
+    }
+
+    std::printf("\ntensors:\n  %-36s %-8s %-24s %14s %14s\n", "name", "type", "shape", "bytes", "offset");
+    for (const auto& t : f.tensors)
+      std::printf("  %-36s %-8s %-24s %14llu %14llu\n", t.name.c_str(), std::string(gguf::type_name(t.type)).c_str(),
+                  shape_text(t).c_str(), static_cast<unsigned long long>(t.n_bytes),
+                  static_cast<unsigned long long>(t.offset));
+  }
+
+  std::printf("\nother metadata:\n");
+  for (const auto& kv : f.metadata)
+    if (arch.empty() || kv.key.rfind(arch + ".", 0) != 0)
+      std::printf("  %-40s %s\n", kv.key.c_str(), kv.value.summary().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int cmd_inspect(int argc, char** argv) {
+  Args args("inspect", "-m MODEL.gguf [--json]");
+  args.option("-m,--model", "PATH", "GGUF file to describe");
+  args.flag("--json", "one JSON object on stdout instead of tables");
+  if (!args.parse(argc, argv)) return args.exit_code();
+  auto path = args.get("--model");
+  if (!path) return args.usage_error("-m MODEL is required");
+  auto f = gguf::read_file(*path);
+  if (!f) {
+    std::fprintf(stderr, "diskformer inspect: %s\n", f.error().message.c_str());
+    return 1;
+  }
+  auto b = model::breakdown(*f);
+  return args.has("--json") ? print_json(*f, b) : print_text(*f, b);
+}
+
+}  // namespace df::cli

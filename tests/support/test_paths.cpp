@@ -1,0 +1,25 @@
+#include "support/test_paths.h"
+
+#include <unistd.h>
+
+namespace df::test {
+
+std::filesystem::path shared_dir() {
+  if (const char* env = std::getenv("DISKFORMER_SHARED")) return env;
+  return DF_SHARED_DIR;
+}
+
+std::filesystem::path source_dir() { return DF_SOURCE_DIR; }
+
+std::filesystem::path cli_path() { return DF_CLI_PATH; }
+
+std::filesystem::path temp_dir(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string id = info ? std::string(info->test_suite_name()) + "." + info->name() : "global";
+  auto dir = std::filesystem::temp_directory_path() / ("diskformer-test-" + std::to_string(::getpid())) / id / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace df::test
