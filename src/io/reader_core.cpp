@@ -18,6 +18,8 @@ constexpr uint64_t A = kDirectAlignment;
 // Requests are cut into pieces of at most this many bytes: it bounds a bounce buffer, keeps every call under
 // read(2)'s 2 GiB limit, and lets the pread pool spread one large request over several threads.
 constexpr uint64_t kMaxPiece = 16ull << 20;
+// Pieces that go through a bounce buffer are cut smaller, so that a full queue holds at most queue_depth MiB of them.
+constexpr uint64_t kMaxBouncedPiece = 1ull << 20;
 constexpr unsigned kMaxRetries = 1000;  // EAGAIN / EINTR in a row on one op before it counts as a failure
 
 std::string range_text(const OpenFile& f, uint64_t offset, uint64_t length) {
@@ -120,14 +122,17 @@ void ReaderCore::plan(Task* task) {
   task->ops_left = 1;
   uint8_t* dst = static_cast<uint8_t*>(r.dst);
   const bool direct = f.info.direct;
+  // The phase of the caller's buffer against the file is the same for every piece of the request.
+  const bool same_phase = (reinterpret_cast<uintptr_t>(dst) - r.offset) % A == 0;
+  const uint64_t piece = !direct || same_phase ? kMaxPiece : kMaxBouncedPiece;
   for (uint64_t pos = r.offset, end = r.offset + r.length; pos < end;) {
-    // Cut at multiples of kMaxPiece in the file so that pieces of a direct read stay aligned.
-    uint64_t piece_end = std::min(end, align_down(pos, kMaxPiece) + kMaxPiece);
+    // Cut at multiples of the piece size in the file so that pieces of a direct read stay aligned.
+    uint64_t piece_end = std::min(end, align_down(pos, piece) + piece);
     uint64_t n = piece_end - pos;
     uint8_t* out = dst + (pos - r.offset);
     if (!direct) {
       new_op(task, f, false, pos, n, n)->buf = out;
-    } else if ((reinterpret_cast<uintptr_t>(out) - pos) % A == 0) {
+    } else if (same_phase) {
       // Same phase: whole blocks go straight into the caller's buffer, partial edge blocks through a bounce.
       uint64_t mid_begin = align_up(pos, A), mid_end = align_down(piece_end, A);
       if (mid_begin >= mid_end) {
