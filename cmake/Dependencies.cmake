@@ -2,9 +2,10 @@
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(PkgConfig REQUIRED)
+find_package(CURL REQUIRED)  # store/: ingest from http(s) URLs with Range requests
 
 add_library(df_deps INTERFACE)
-target_link_libraries(df_deps INTERFACE Threads::Threads nlohmann_json::nlohmann_json)
+target_link_libraries(df_deps INTERFACE Threads::Threads nlohmann_json::nlohmann_json CURL::libcurl)
 
 # io_uring is optional at build time and at run time: reads fall back to a pread pool.
 pkg_check_modules(URING IMPORTED_TARGET liburing)

@@ -1,0 +1,89 @@
+#include "store/files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace df::store::detail {
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+Status fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Error{dir + ": cannot open directory to sync it: " + errno_text(errno)};
+  int rc = ::fsync(fd);
+  int e = errno;
+  ::close(fd);
+  // Some filesystems cannot fsync a directory (EINVAL); their renames are as durable as they get.
+  if (rc != 0 && e != EINVAL) return Error{dir + ": fsync of the directory failed: " + errno_text(e)};
+  return {};
+}
+
+Status write_file_durably(const std::string& path, const std::string& contents) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Error{tmp + ": cannot create: " + errno_text(errno)};
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Error{tmp + ": write of " + std::to_string(contents.size()) + " bytes failed at byte " +
+                   std::to_string(done) + ": " + errno_text(e)};
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Error{tmp + ": fsync failed: " + errno_text(e)};
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    return Error{path + ": cannot rename " + tmp + " into place: " + errno_text(e)};
+  }
+  return fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+Status remove_durably(const std::string& path) {
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return {};
+    return Error{path + ": cannot remove: " + errno_text(errno)};
+  }
+  return fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+Result<std::string> read_whole_file(const std::string& path, bool* missing) {
+  if (missing) *missing = false;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (missing) *missing = errno == ENOENT;
+    return Error{path + ": cannot open: " + errno_text(errno)};
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      return Error{path + ": read failed at byte " + std::to_string(out.size()) + ": " + errno_text(e)};
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace df::store::detail

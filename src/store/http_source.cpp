@@ -1,0 +1,283 @@
+// Range requests with resume: a read is one GET of `bytes=a-b` sent with If-Range (the ETag, or Last-Modified), so a
+// server whose file changed answers 200 with the new file instead of the asked bytes of the old one. A transfer
+// that breaks off keeps what arrived and asks for the rest, with back-off, until it moves again.
+#include "store/http_source.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace df::store {
+
+namespace {
+
+bool starts_with_nocase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != std::tolower(static_cast<unsigned char>(prefix[i])))
+      return false;
+  return true;
+}
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == '\r' || s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
+  return std::string(s);
+}
+
+// "bytes 100-199/1000" -> first 100, total 1000; "bytes */1000" (a 416) -> total 1000, first unset.
+struct ContentRange {
+  bool valid = false;
+  uint64_t first = UINT64_MAX, last = 0, total = UINT64_MAX;
+};
+ContentRange parse_content_range(const std::string& v) {
+  ContentRange r;
+  unsigned long long a = 0, b = 0, t = 0;
+  if (std::sscanf(v.c_str(), "bytes %llu-%llu/%llu", &a, &b, &t) == 3) {
+    r = {true, a, b, t};
+  } else if (std::sscanf(v.c_str(), "bytes */%llu", &t) == 1) {
+    r.valid = true;
+    r.total = t;
+  }
+  return r;
+}
+
+// One response's view: what the headers said and how many body bytes landed in the caller's buffer.
+struct Attempt {
+  long status = 0;
+  std::string etag, last_modified;
+  ContentRange range;
+  uint64_t got = 0;
+  uint64_t want_first = 0, want = 0;
+  uint8_t* dst = nullptr;
+  bool accept_200 = false;  // the whole file was asked for: a 200 carries the same bytes
+  std::string refused;      // why the body was not taken (wrong status, other range, changed file)
+  CURLcode code = CURLE_OK;
+  char errbuf[CURL_ERROR_SIZE] = {};
+};
+
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  auto* a = static_cast<Attempt*>(user);
+  std::string_view line(data, size * n);
+  if (starts_with_nocase(line, "HTTP/")) {  // a new response (after a redirect, or a 100 Continue)
+    a->etag.clear();
+    a->last_modified.clear();
+    a->range = {};
+  } else if (starts_with_nocase(line, "etag:")) {
+    a->etag = trim(line.substr(5));
+  } else if (starts_with_nocase(line, "last-modified:")) {
+    a->last_modified = trim(line.substr(14));
+  } else if (starts_with_nocase(line, "content-range:")) {
+    a->range = parse_content_range(trim(line.substr(14)));
+  }
+  return size * n;
+}
+
+class HttpSource final : public Source {
+ public:
+  HttpSource(CURL* curl, const std::string& url, const HttpOptions& o) : curl_(curl), options_(o) {
+    fp_.location = url;
+  }
+  ~HttpSource() override { curl_easy_cleanup(curl_); }
+
+  Status probe();
+  const Fingerprint& fingerprint() const override { return fp_; }
+  Status read(uint64_t offset, void* dst, size_t n) override;
+  bool changed() const override { return changed_; }
+
+ private:
+  static size_t on_body(char* data, size_t size, size_t n, void* user);
+  void request(Attempt& a, bool conditional);
+  std::string range_text(uint64_t first, uint64_t n) const {
+    return "bytes=" + std::to_string(first) + "-" + std::to_string(first + n - 1);
+  }
+  Error changed_error(const std::string& what) {
+    changed_ = true;
+    return Error{fp_.location + ": the file changed since it was opened (" + what + ")"};
+  }
+
+  CURL* curl_;
+  HttpOptions options_;
+  Fingerprint fp_;
+  bool changed_ = false;
+};
+
+size_t HttpSource::on_body(char* data, size_t size, size_t n, void* user) {
+  auto* a = static_cast<Attempt*>(user);
+  size_t len = size * n;
+  if (a->got == 0 && a->refused.empty()) {
+    // Decide once per response, before taking its first byte.
+    if (a->status == 206) {
+      if (!a->range.valid || a->range.first != a->want_first)
+        a->refused = "asked for bytes from " + std::to_string(a->want_first) + ", got Content-Range from " +
+                     (a->range.valid ? std::to_string(a->range.first) : std::string("(none)"));
+    } else if (!(a->status == 200 && a->accept_200)) {
+      a->refused = "status " + std::to_string(a->status);
+    }
+    if (!a->refused.empty()) return 0;  // aborts the transfer (CURLE_WRITE_ERROR)
+  }
+  if (!a->refused.empty()) return 0;
+  if (a->got + len > a->want) {
+    a->refused = "the server sent more than the " + std::to_string(a->want) + " bytes asked for";
+    return 0;
+  }
+  std::memcpy(a->dst + a->got, data, len);
+  a->got += len;
+  return len;
+}
+
+void HttpSource::request(Attempt& a, bool conditional) {
+  curl_easy_setopt(curl_, CURLOPT_URL, fp_.location.c_str());
+  std::string range = range_text(a.want_first, a.want).substr(6);
+  curl_easy_setopt(curl_, CURLOPT_RANGE, range.c_str());
+  curl_slist* headers = nullptr;
+  std::string if_range;
+  if (conditional && (!fp_.etag.empty() || !fp_.last_modified.empty())) {
+    // A weak ETag may not be used in If-Range (RFC 9110 13.1.5); Last-Modified then.
+    bool weak = fp_.etag.starts_with("W/");
+    if (!fp_.etag.empty() && !weak) {
+      if_range = "If-Range: " + fp_.etag;
+    } else if (!fp_.last_modified.empty()) {
+      if_range = "If-Range: " + fp_.last_modified;
+    }
+    if (!if_range.empty()) headers = curl_slist_append(headers, if_range.c_str());
+  }
+  curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl_, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT, options_.connect_timeout_s);
+  curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_TIME, options_.stall_timeout_s);
+  curl_easy_setopt(curl_, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(curl_, CURLOPT_HEADERDATA, &a);
+  curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, a.errbuf);
+  curl_easy_setopt(curl_, CURLOPT_FAILONERROR, 0L);
+  // on_body needs the status before it takes the first byte; CURLINFO has it once the headers are in.
+  struct Ctx {
+    Attempt* a;
+    CURL* c;
+  } ctx{&a, curl_};
+  curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &ctx);
+  curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, +[](char* d, size_t s, size_t n, void* u) -> size_t {
+    auto* c = static_cast<Ctx*>(u);
+    if (c->a->got == 0 && c->a->refused.empty()) curl_easy_getinfo(c->c, CURLINFO_RESPONSE_CODE, &c->a->status);
+    return on_body(d, s, n, c->a);
+  });
+  a.code = curl_easy_perform(curl_);
+  long status = 0;
+  curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status);
+  a.status = status;
+  curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, nullptr);
+  curl_slist_free_all(headers);
+}
+
+Status HttpSource::probe() {
+  Attempt a;
+  uint8_t byte = 0;
+  a.want_first = 0;
+  a.want = 1;
+  a.dst = &byte;
+  unsigned fails = 0;
+  unsigned delay = options_.retry_delay_ms;
+  for (;;) {
+    a = Attempt{};
+    a.want = 1;
+    a.dst = &byte;
+    request(a, false);
+    bool transport = a.code != CURLE_OK && a.code != CURLE_WRITE_ERROR;
+    if (!transport && a.status < 500) break;
+    if (++fails > options_.max_retries)
+      return Error{fp_.location + ": cannot reach the server after " + std::to_string(fails) + " attempts: " +
+                   (transport ? std::string(a.errbuf[0] ? a.errbuf : curl_easy_strerror(a.code))
+                              : "status " + std::to_string(a.status))};
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    delay = std::min(delay * 2, 2000u);
+  }
+  if (a.status == 416) return Error{fp_.location + ": answered 416 Range Not Satisfiable to bytes=0-0: the file is empty"};
+  if (a.status == 200)
+    return Error{fp_.location + ": the server does not answer Range requests (status 200 to bytes=0-0); " +
+                 "ingest needs them to read parts of the file and to resume"};
+  if (a.status != 206)
+    return Error{fp_.location + ": answered status " + std::to_string(a.status) + " to a Range request for bytes=0-0"};
+  if (!a.range.valid || a.range.total == UINT64_MAX)
+    return Error{fp_.location + ": a 206 answer without a usable Content-Range header (file size unknown)"};
+  fp_.size = a.range.total;
+  fp_.etag = a.etag;
+  fp_.last_modified = a.last_modified;
+  return {};
+}
+
+Status HttpSource::read(uint64_t offset, void* dst, size_t n) {
+  if (offset + n > fp_.size)
+    return Error{fp_.location + ": read of " + std::to_string(n) + " bytes at offset " + std::to_string(offset) +
+                 " goes past the end (" + std::to_string(fp_.size) + " bytes)"};
+  auto* out = static_cast<uint8_t*>(dst);
+  uint64_t done = 0;
+  unsigned fails = 0;
+  unsigned delay = options_.retry_delay_ms;
+  while (done < n) {
+    Attempt a;
+    a.want_first = offset + done;
+    a.want = n - done;
+    a.dst = out + done;
+    a.accept_200 = a.want_first == 0 && a.want == fp_.size;
+    request(a, true);
+    done += a.got;
+    std::string range = range_text(a.want_first, a.want);
+    if (a.status == 206 || a.status == 200) {
+      // What a 206 or 200 says about the file must match what open() saw.
+      if (!a.etag.empty() && !fp_.etag.empty() && a.etag != fp_.etag)
+        return changed_error("ETag \"" + fp_.etag + "\" -> \"" + a.etag + "\"");
+      if (a.range.valid && a.range.total != UINT64_MAX && a.range.total != fp_.size)
+        return changed_error("size " + std::to_string(fp_.size) + " -> " + std::to_string(a.range.total));
+    }
+    if (a.status == 200 && !a.accept_200)
+      return changed_error("answered 200 with the whole file to " + range + " sent with If-Range");
+    if (a.status == 416)
+      return changed_error("answered 416 Range Not Satisfiable to " + range + ": now smaller than " +
+                           std::to_string(fp_.size) + " bytes" +
+                           (a.range.valid ? " (" + std::to_string(a.range.total) + ")" : std::string()));
+    if (a.status == 400)
+      return Error{fp_.location + ": answered 400 Bad Request to the Range request " + range};
+    if (a.status == 206 && !a.refused.empty())
+      return Error{fp_.location + ": unusable answer to " + range + ": " + a.refused};
+    if (a.status >= 400 && a.status < 500)
+      return Error{fp_.location + ": answered status " + std::to_string(a.status) + " to " + range};
+    if (done == n) break;
+    // A dropped connection, a stalled transfer, a 5xx: ask again for the rest.
+    if (a.got > 0) {
+      fails = 0;
+      delay = options_.retry_delay_ms;
+    }
+    if (++fails > options_.max_retries) {
+      std::string why = a.code != CURLE_OK && a.code != CURLE_WRITE_ERROR
+                            ? std::string(a.errbuf[0] ? a.errbuf : curl_easy_strerror(a.code))
+                            : "status " + std::to_string(a.status);
+      return Error{fp_.location + ": " + range + ": no progress after " + std::to_string(fails) +
+                   " attempts: " + why};
+    }
+    if (a.got == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+      delay = std::min(delay * 2, 2000u);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Source>> open_http_source(const std::string& url, const HttpOptions& options) {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  CURL* curl = curl_easy_init();
+  if (!curl) return Error{url + ": cannot start an HTTP client (curl_easy_init failed)"};
+  auto src = std::make_unique<HttpSource>(curl, url, options);
+  DF_TRY(src->probe());
+  return std::unique_ptr<Source>(std::move(src));
+}
+
+}  // namespace df::store

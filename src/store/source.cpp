@@ -1,0 +1,133 @@
+#include "diskformer/store/source.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "diskformer/io/reader.h"
+#include "store/http_source.h"
+
+namespace df::store {
+
+namespace {
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// A local file through io::Reader (O_DIRECT where the filesystem allows it: ingest reads each byte once, so the
+// page cache would only push out what the machine is using).
+class LocalSource final : public Source {
+ public:
+  static Result<std::unique_ptr<Source>> open(const std::string& path) {
+    std::error_code ec;
+    std::string abs = std::filesystem::absolute(path, ec).lexically_normal().string();
+    if (ec) abs = path;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return Error{path + ": cannot open: " + std::strerror(errno)};
+    if (!S_ISREG(st.st_mode)) return Error{path + ": not a regular file"};
+    io::ReaderOptions ro;
+    ro.queue_depth = 8;
+    DF_ASSIGN(auto reader, io::Reader::create(ro));
+    DF_ASSIGN(io::FileId id, reader->open(path));
+    auto src = std::unique_ptr<LocalSource>(new LocalSource(std::move(reader), id));
+    src->fp_.location = abs;
+    src->fp_.size = src->reader_->file(id).size;
+    src->fp_.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+    return std::unique_ptr<Source>(std::move(src));
+  }
+
+  const Fingerprint& fingerprint() const override { return fp_; }
+  Status read(uint64_t offset, void* dst, size_t n) override { return reader_->read(id_, offset, n, dst); }
+
+ private:
+  LocalSource(std::unique_ptr<io::Reader> r, io::FileId id) : reader_(std::move(r)), id_(id) {}
+  std::unique_ptr<io::Reader> reader_;
+  io::FileId id_;
+  Fingerprint fp_;
+};
+
+class SourceBytes final : public gguf::ByteSource {
+ public:
+  explicit SourceBytes(Source& s) : s_(s) {}
+  uint64_t size() const override { return s_.size(); }
+  Status read_at(uint64_t offset, void* dst, size_t n) override { return s_.read(offset, dst, n); }
+
+ private:
+  Source& s_;
+};
+
+class HeaderBytes final : public gguf::ByteSource {
+ public:
+  HeaderBytes(std::string bytes, uint64_t size) : bytes_(std::move(bytes)), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Status read_at(uint64_t offset, void* dst, size_t n) override {
+    if (offset + n > bytes_.size())
+      return Error{"header ends at byte " + std::to_string(bytes_.size()) + ", read of " + std::to_string(n) +
+                   " bytes at offset " + std::to_string(offset) + " goes past it"};
+    std::memcpy(dst, bytes_.data() + offset, n);
+    return {};
+  }
+
+ private:
+  std::string bytes_;
+  uint64_t size_;
+};
+
+}  // namespace
+
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string hash_text(uint64_t h) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+bool is_url(std::string_view s) { return s.starts_with("http://") || s.starts_with("https://"); }
+
+bool same_location(const Fingerprint& a, const Fingerprint& b) { return a.location == b.location; }
+
+std::string describe_change(const Fingerprint& was, const Fingerprint& now) {
+  std::string out;
+  auto add = [&](const std::string& what) { out += (out.empty() ? "" : ", ") + what; };
+  if (was.size != now.size) add("size " + std::to_string(was.size) + " -> " + std::to_string(now.size));
+  if (was.mtime_ns != now.mtime_ns)
+    add("mtime " + std::to_string(was.mtime_ns) + " ns -> " + std::to_string(now.mtime_ns) + " ns");
+  if (was.etag != now.etag) add("ETag " + quoted(was.etag) + " -> " + quoted(now.etag));
+  if (was.last_modified != now.last_modified)
+    add("Last-Modified " + quoted(was.last_modified) + " -> " + quoted(now.last_modified));
+  if (was.header_bytes != now.header_bytes)
+    add("header size " + std::to_string(was.header_bytes) + " -> " + std::to_string(now.header_bytes));
+  if (was.header_hash != now.header_hash) add("header hash " + was.header_hash + " -> " + now.header_hash);
+  return out;
+}
+
+Result<std::unique_ptr<Source>> open_source(const std::string& path_or_url, const HttpOptions& http) {
+  if (is_url(path_or_url)) return open_http_source(path_or_url, http);
+  return LocalSource::open(path_or_url);
+}
+
+Result<gguf::File> read_header(Source& src, Fingerprint& fp, std::string& header) {
+  fp = src.fingerprint();
+  SourceBytes bytes(src);
+  DF_ASSIGN(gguf::File f, gguf::parse(bytes, src.location()));
+  header.resize(static_cast<size_t>(f.data_offset));
+  DF_TRY(src.read(0, header.data(), header.size()));
+  fp.header_bytes = f.data_offset;
+  fp.header_hash = hash_text(fnv1a64(header.data(), header.size()));
+  return f;
+}
+
+std::unique_ptr<gguf::ByteSource> header_source(std::string bytes, uint64_t size) {
+  return std::make_unique<HeaderBytes>(std::move(bytes), size);
+}
+
+}  // namespace df::store

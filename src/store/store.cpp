@@ -1,0 +1,102 @@
+#include "diskformer/store/store.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "store/files.h"
+#include "store/manifest.h"
+
+namespace df::store {
+
+using nlohmann::json;
+
+bool Store::looks_like_store(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) &&
+         (std::filesystem::exists(std::filesystem::path(path) / kManifestFile, ec) ||
+          std::filesystem::exists(std::filesystem::path(path) / kProgressFile, ec));
+}
+
+Result<Store> Store::open(const std::string& dir, const StoreOptions& options) {
+  namespace fs = std::filesystem;
+  const std::string manifest_path = (fs::path(dir) / kManifestFile).string();
+  bool missing = false;
+  auto text = detail::read_whole_file(manifest_path, &missing);
+  if (!text.ok()) {
+    std::error_code ec;
+    if (missing && fs::exists(fs::path(dir) / kProgressFile, ec))
+      return Error{dir + ": the store is incomplete (an ingest was interrupted); run diskformer ingest again to " +
+                   "finish it"};
+    if (missing) return Error{dir + ": not a store: " + kManifestFile + " is missing"};
+    return text.take_error();
+  }
+  json j = json::parse(*text, nullptr, false);
+  if (j.is_discarded()) return Error{manifest_path + ": not valid JSON"};
+  DF_ASSIGN(detail::StoreHeader h, detail::parse_store_header(j, manifest_path, detail::kManifestFormat));
+  if (h.layout_version != kLayoutVersion)
+    return Error{manifest_path + ": layout_version " + std::to_string(h.layout_version) + ", this build reads " +
+                 std::to_string(kLayoutVersion) + "; run diskformer ingest again to rebuild the store"};
+  if (h.planes != kPlanesNone)
+    return Error{manifest_path + ": planes \"" + h.planes + "\" is not a layout this build reads (\"" + kPlanesNone +
+                 "\")"};
+
+  const std::string header_path = (fs::path(dir) / kHeaderFile).string();
+  DF_ASSIGN(std::string header, detail::read_whole_file(header_path));
+  if (header.size() != h.source.header_bytes)
+    return Error{header_path + ": " + std::to_string(header.size()) + " bytes, the manifest says " +
+                 std::to_string(h.source.header_bytes)};
+  if (hash_text(fnv1a64(header.data(), header.size())) != h.source.header_hash)
+    return Error{header_path + ": contents do not match the manifest's header_hash " + h.source.header_hash};
+  auto bytes = header_source(std::move(header), h.source.size);
+  DF_ASSIGN(gguf::File model, gguf::parse(*bytes, header_path));
+
+  const std::string data_path = (fs::path(dir) / kDataFile).string();
+  DF_ASSIGN(RecordMap map, RecordMap::repacked(model, data_path));
+  auto records = j.find("records");
+  if (records == j.end() || *records != detail::records_json(map))
+    return Error{manifest_path + ": the record table does not match layout version " + std::to_string(kLayoutVersion) +
+                 " of the model in " + kHeaderFile + "; run diskformer ingest again to rebuild the store"};
+  if (h.data_bytes != map.file_bytes())
+    return Error{manifest_path + ": data_bytes " + std::to_string(h.data_bytes) + ", the layout needs " +
+                 std::to_string(map.file_bytes())};
+  struct stat st {};
+  if (::stat(data_path.c_str(), &st) != 0)
+    return Error{data_path + ": cannot open: " + detail::errno_text(errno)};
+  if (static_cast<uint64_t>(st.st_size) != map.file_bytes())
+    return Error{data_path + ": " + std::to_string(st.st_size) + " bytes, the manifest says " +
+                 std::to_string(map.file_bytes())};
+
+  if (!options.source.empty()) {
+    DF_ASSIGN(auto src, open_source(options.source, options.http));
+    Fingerprint now;
+    std::string now_header;
+    DF_ASSIGN(gguf::File ignored, read_header(*src, now, now_header));
+    (void)ignored;
+    std::string change = describe_change(h.source, now);
+    if (!change.empty())
+      return Error{dir + ": the source " + options.source + " changed since the store was made (" + change +
+                   "); run diskformer ingest again to rebuild it"};
+  }
+
+  Store s;
+  s.dir_ = dir;
+  s.model_ = std::move(model);
+  s.records_ = std::move(map);
+  s.source_ = std::move(h.source);
+  s.layout_version_ = h.layout_version;
+  return s;
+}
+
+Result<ModelRecords> open_model_records(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    DF_ASSIGN(Store s, Store::open(path));
+    return ModelRecords{s.model(), s.records(), true};
+  }
+  DF_ASSIGN(gguf::File f, gguf::read_file(path));
+  DF_ASSIGN(RecordMap map, RecordMap::in_place(f));
+  return ModelRecords{std::move(f), std::move(map), false};
+}
+
+}  // namespace df::store
