@@ -13,3 +13,7 @@ if(URING_FOUND)
   target_link_libraries(df_deps INTERFACE PkgConfig::URING)
   target_compile_definitions(df_deps INTERFACE DISKFORMER_HAVE_URING=1)
 endif()
+
+# tokenizer/: pre-tokenizer regexes with Unicode categories (UTF + UCP).
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+target_link_libraries(df_deps INTERFACE PkgConfig::PCRE2)
