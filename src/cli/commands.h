@@ -6,5 +6,7 @@ namespace df::cli {
 
 int cmd_inspect(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
+int cmd_ingest(int argc, char** argv);
+int cmd_measure(int argc, char** argv);
 
 }  // namespace df::cli
