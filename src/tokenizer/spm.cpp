@@ -1,0 +1,118 @@
+#include <map>
+#include <queue>
+#include <string>
+
+#include "tokenizer/models.h"
+#include "tokenizer/utf8.h"
+
+namespace df::tokenizer {
+
+namespace {
+
+struct Symbol {
+  int prev, next;
+  uint32_t off, n;
+};
+
+struct Bigram {
+  int left, right;
+  float score;
+  uint32_t size;
+};
+
+// Highest score first, then leftmost (llm_bigram_spm::comparator).
+struct Lower {
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  }
+};
+
+class Session {
+ public:
+  Session(const Vocab& v, std::string_view text) : v_(v), text_(text) {}
+
+  void run(std::vector<int32_t>& out) {
+    uint32_t off = 0;
+    const uint32_t size = static_cast<uint32_t>(text_.size());
+    int index = 0;
+    while (off < size) {
+      uint32_t len = std::min<uint32_t>(size - off, static_cast<uint32_t>(utf8::seq_len(text_[off])));
+      symbols_.push_back({index - 1, off + len == size ? -1 : index + 1, off, len});
+      off += len;
+      ++index;
+    }
+    if (symbols_.empty()) return;
+    for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add(i - 1, i);
+
+    while (!queue_.empty()) {
+      Bigram b = queue_.top();
+      queue_.pop();
+      Symbol& l = symbols_[b.left];
+      Symbol& r = symbols_[b.right];
+      if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
+      l.n += r.n;
+      r.n = 0;
+      l.next = r.next;
+      if (r.next >= 0) symbols_[r.next].prev = b.left;
+      try_add(l.prev, b.left);
+      try_add(b.left, l.next);
+    }
+    for (int i = 0; i != -1; i = symbols_[i].next) resegment(symbols_[i], out);
+  }
+
+ private:
+  std::string_view text_of(const Symbol& s) const { return text_.substr(s.off, s.n); }
+
+  void try_add(int left, int right) {
+    if (left < 0 || right < 0) return;
+    std::string_view joined = text_.substr(symbols_[left].off, symbols_[left].n + symbols_[right].n);
+    int32_t id = v_.find(joined);
+    if (id == kNoToken) return;
+    queue_.push({left, right, v_.tokens[id].score, static_cast<uint32_t>(joined.size())});
+    rev_merge_[std::string(joined)] = {left, right};
+  }
+
+  // A merged piece is a token by construction; a single character may not be, and then it is spelled in bytes.
+  void resegment(const Symbol& s, std::vector<int32_t>& out) {
+    std::string_view text = text_of(s);
+    int32_t id = v_.find(text);
+    if (id != kNoToken) {
+      out.push_back(id);
+      return;
+    }
+    auto it = rev_merge_.find(std::string(text));
+    if (it == rev_merge_.end()) {
+      for (char c : text) {
+        int32_t b = spm_byte_token(v_, static_cast<uint8_t>(c));
+        if (b == kNoToken) b = v_.unk;  // a vocabulary without byte tokens (llama.cpp would throw here)
+        if (b != kNoToken) out.push_back(b);
+      }
+      return;
+    }
+    resegment(symbols_[it->second.first], out);
+    resegment(symbols_[it->second.second], out);
+  }
+
+  const Vocab& v_;
+  std::string_view text_;
+  std::vector<Symbol> symbols_;
+  std::priority_queue<Bigram, std::vector<Bigram>, Lower> queue_;
+  std::map<std::string, std::pair<int, int>> rev_merge_;
+};
+
+}  // namespace
+
+int32_t spm_byte_token(const Vocab& vocab, uint8_t byte) {
+  static const char* hex = "0123456789ABCDEF";
+  const char buf[6] = {'<', '0', 'x', hex[byte >> 4], hex[byte & 15], '>'};
+  int32_t id = vocab.find(std::string_view(buf, 6));
+  if (id != kNoToken) return id;
+  const char c = static_cast<char>(byte);
+  return vocab.find(std::string_view(&c, 1));
+}
+
+void spm_tokenize(const Vocab& vocab, std::string_view text, std::vector<int32_t>& out) {
+  Session(vocab, text).run(out);
+}
+
+}  // namespace df::tokenizer
