@@ -8,5 +8,6 @@ int cmd_inspect(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
 int cmd_ingest(int argc, char** argv);
 int cmd_measure(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
 
 }  // namespace df::cli

@@ -18,6 +18,7 @@ constexpr Command kCommands[] = {
     {"synth", df::cli::cmd_synth, "write a model of a real architecture with seeded random weights"},
     {"ingest", df::cli::cmd_ingest, "repack a GGUF (file or URL) into a resumable streaming store"},
     {"measure", df::cli::cmd_measure, "disk bandwidth: sequential and random record reads, O_DIRECT, io_uring vs pread"},
+    {"tokenize", df::cli::cmd_tokenize, "text to token ids (JSON), exactly as llama.cpp tokenizes"},
 };
 
 void print_usage(FILE* out) {
