@@ -243,7 +243,7 @@ class Parser {
         return cur_.error_at(type_at, field + " type", "unknown or removed ggml type code " + std::to_string(type));
       t.type = static_cast<GgmlType>(type);
       if (t.shape[0] % info->block_elems != 0)
-        return cur_.error_at(dims_at, field + " dims[0]",
+        return cur_.error_at(dims_at + 4, field + " dims[0]",
                              "row length " + std::to_string(t.shape[0]) + " is not a multiple of the " +
                                  std::string(info->name) + " block of " + std::to_string(info->block_elems));
       uint64_t blocks = t.n_elements / info->block_elems;

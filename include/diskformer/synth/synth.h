@@ -1,0 +1,57 @@
+// Models of real architectures with seeded random weights, for tests and benchmarks at any size.
+// The files follow the tensor names and metadata keys llama.cpp loads; tensor data is generated in parallel and
+// streamed to disk, so a 16 GiB model is written at disk speed without being held in memory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "diskformer/gguf/types.h"
+#include "diskformer/util/result.h"
+
+namespace df::synth {
+
+struct Shape {
+  std::string arch;            // "qwen3moe", "qwen3" or "llama"
+  uint32_t n_layer = 4;
+  uint32_t d_model = 64;
+  uint32_t n_head = 2;
+  uint32_t n_head_kv = 1;
+  uint32_t head_dim = 32;
+  uint32_t ff = 192;           // dense FFN width (qwen3moe: written as feed_forward_length, unused by its layers)
+  uint32_t n_expert = 0;       // 0: dense FFN in every layer
+  uint32_t n_expert_used = 0;
+  uint32_t expert_ff = 0;      // routed expert FFN width (qwen3moe); llama's Mixtral layout uses ff
+  uint32_t context = 4096;
+  double rope_base = 1e6;
+  double rms_eps = 1e-6;
+};
+
+// Preset names per architecture ("tiny", ..., "qwen3-30b-a3b"); nullopt when unknown.
+std::optional<Shape> preset(const std::string& arch, const std::string& name);
+std::vector<std::string> preset_names(const std::string& arch);
+
+struct Options {
+  Shape shape;
+  gguf::GgmlType type = gguf::GgmlType::Q4_0;  // matrices; norms and routers are F32
+  std::string tokenizer_from;                   // GGUF whose tokenizer.* metadata is copied
+  uint64_t seed = 1;
+  std::string out;
+  unsigned threads = 0;                         // 0: hardware concurrency
+  // Called now and then with (bytes written, total bytes).
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+// Types synth can generate: q4_0, q8_0, f16, bf16, f32.
+bool supported_type(gguf::GgmlType t);
+
+Status write_model(const Options& options);
+
+// Fills `out` (n_bytes of tensor data of type t, a whole number of blocks) with symmetric random values whose
+// standard deviation is about `stddev`; deterministic in `stream`. Exposed for tests.
+void fill_random(gguf::GgmlType t, float stddev, uint64_t stream, uint8_t* out, uint64_t n_bytes);
+
+}  // namespace df::synth

@@ -1,0 +1,361 @@
+#include "diskformer/synth/synth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "diskformer/gguf/reader.h"
+#include "diskformer/gguf/writer.h"
+#include "diskformer/util/check.h"
+
+namespace df::synth {
+
+namespace {
+
+using gguf::GgmlType;
+using gguf::Value;
+
+// splitmix64: seeds and fast, well-mixed 64-bit words.
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+};
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  Rng r{a * 0x9e3779b97f4a7c15ULL ^ b};
+  return r.next();
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (exp <= 0) {  // subnormal or zero in half precision
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    uint32_t shift = static_cast<uint32_t>(14 - exp);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  x += 0x7fff + ((x >> 16) & 1);  // round to nearest even; generated values are finite
+  return static_cast<uint16_t>(x >> 16);
+}
+
+// Uniform nibbles 0..15 with 0 remapped to 8: codes 1..15 (values -7..7, zero twice as likely). The distribution
+// is symmetric around 8, so dequantized weights have mean exactly zero; plain 0..15 minus 8 would bias every dot
+// product by -0.5 per weight, enough to collapse a model onto one token.
+uint64_t symmetric_nibbles(uint64_t x) {
+  uint64_t z = ~x;
+  uint64_t zero = z & (z >> 1) & (z >> 2) & (z >> 3) & 0x1111111111111111ULL;
+  return x | (zero << 3);
+}
+
+// Standard deviation of the symmetric codes above: E[c^2] = 2 * (1 + 4 + ... + 49) / 16 = 17.5.
+constexpr float kQ4CodeStd = 4.1833f;
+// Q8_0 codes: bytes with -128 remapped to 0, so -127..127 (zero twice as likely): std ~ 73.3.
+constexpr float kQ8CodeStd = 73.3f;
+
+}  // namespace
+
+bool supported_type(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::F16 || t == GgmlType::BF16 ||
+         t == GgmlType::F32;
+}
+
+void fill_random(GgmlType t, float stddev, uint64_t stream, uint8_t* out, uint64_t n_bytes) {
+  Rng rng{stream};
+  switch (t) {
+    case GgmlType::Q4_0: {
+      DF_CHECK(n_bytes % 18 == 0);
+      for (uint64_t b = 0; b < n_bytes; b += 18) {
+        float d = stddev / kQ4CodeStd * (0.75f + 0.5f * rng.uniform());  // scales vary from block to block
+        uint16_t h = f32_to_f16(d);
+        std::memcpy(out + b, &h, 2);
+        uint64_t q0 = symmetric_nibbles(rng.next()), q1 = symmetric_nibbles(rng.next());
+        std::memcpy(out + b + 2, &q0, 8);
+        std::memcpy(out + b + 10, &q1, 8);
+      }
+      break;
+    }
+    case GgmlType::Q8_0: {
+      DF_CHECK(n_bytes % 34 == 0);
+      for (uint64_t b = 0; b < n_bytes; b += 34) {
+        float d = stddev / kQ8CodeStd * (0.75f + 0.5f * rng.uniform());
+        uint16_t h = f32_to_f16(d);
+        std::memcpy(out + b, &h, 2);
+        for (int i = 0; i < 32; i += 8) {
+          uint64_t w = rng.next();
+          for (int k = 0; k < 8; ++k) {
+            auto c = static_cast<uint8_t>(w >> (8 * k));
+            out[b + 2 + i + k] = c == 0x80 ? 0 : c;
+          }
+        }
+      }
+      break;
+    }
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::F32: {
+      const float a = stddev * 1.7320508f;  // uniform on [-a, a] has standard deviation a / sqrt(3)
+      size_t width = t == GgmlType::F32 ? 4 : 2;
+      DF_CHECK(n_bytes % width == 0);
+      for (uint64_t i = 0; i < n_bytes; i += width) {
+        float v = (2.0f * rng.uniform() - 1.0f) * a;
+        if (t == GgmlType::F32) std::memcpy(out + i, &v, 4);
+        else {
+          uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+          std::memcpy(out + i, &h, 2);
+        }
+      }
+      break;
+    }
+    default:
+      DF_CHECK_MSG(false, "synth cannot generate this type");
+  }
+}
+
+namespace {
+
+struct Planned {
+  std::string name;
+  GgmlType type;
+  std::vector<uint64_t> shape;
+  enum Kind { Matrix, Norm, Router } kind;
+  float stddev;
+};
+
+std::vector<Planned> plan_tensors(const Shape& s, GgmlType type, uint64_t n_vocab) {
+  std::vector<Planned> p;
+  const uint64_t d = s.d_model, q_dim = uint64_t{s.n_head} * s.head_dim, kv_dim = uint64_t{s.n_head_kv} * s.head_dim;
+  auto mat = [&](std::string name, uint64_t n_in, uint64_t n_out, uint64_t n_exp = 0) {
+    std::vector<uint64_t> shape{n_in, n_out};
+    if (n_exp) shape.push_back(n_exp);
+    p.push_back({std::move(name), type, std::move(shape), Planned::Matrix, 1.0f / std::sqrt(static_cast<float>(n_in))});
+  };
+  auto norm = [&](std::string name, uint64_t n) {
+    p.push_back({std::move(name), GgmlType::F32, {n}, Planned::Norm, 0.0f});
+  };
+  mat("token_embd.weight", d, n_vocab);
+  for (uint32_t l = 0; l < s.n_layer; ++l) {
+    std::string b = "blk." + std::to_string(l) + ".";
+    norm(b + "attn_norm.weight", d);
+    mat(b + "attn_q.weight", d, q_dim);
+    mat(b + "attn_k.weight", d, kv_dim);
+    mat(b + "attn_v.weight", d, kv_dim);
+    mat(b + "attn_output.weight", q_dim, d);
+    if (s.arch == "qwen3" || s.arch == "qwen3moe") {
+      norm(b + "attn_q_norm.weight", s.head_dim);
+      norm(b + "attn_k_norm.weight", s.head_dim);
+    }
+    norm(b + "ffn_norm.weight", d);
+    if (s.n_expert > 0) {
+      uint64_t eff = s.arch == "qwen3moe" ? s.expert_ff : s.ff;
+      p.push_back({b + "ffn_gate_inp.weight", GgmlType::F32, {d, s.n_expert}, Planned::Router,
+                   1.0f / std::sqrt(static_cast<float>(d))});
+      mat(b + "ffn_gate_exps.weight", d, eff, s.n_expert);
+      mat(b + "ffn_up_exps.weight", d, eff, s.n_expert);
+      mat(b + "ffn_down_exps.weight", eff, d, s.n_expert);
+    } else {
+      mat(b + "ffn_gate.weight", d, s.ff);
+      mat(b + "ffn_up.weight", d, s.ff);
+      mat(b + "ffn_down.weight", s.ff, d);
+    }
+  }
+  norm("output_norm.weight", d);
+  mat("output.weight", d, n_vocab);  // a separate head, as in the shared models
+  return p;
+}
+
+uint32_t file_type_code(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::BF16: return 32;
+    default: return 0;
+  }
+}
+
+// Fixed-size generation chunks, each seeded from (seed, tensor, chunk): the output does not depend on threads.
+constexpr uint64_t kChunkBlocks = 1 << 14;
+
+}  // namespace
+
+Status write_model(const Options& o) {
+  const Shape& s = o.shape;
+  if (s.arch != "qwen3moe" && s.arch != "qwen3" && s.arch != "llama")
+    return Error{"synth: unsupported architecture '" + s.arch + "' (qwen3moe, qwen3, llama)"};
+  if (!supported_type(o.type))
+    return Error{"synth: cannot generate type " + std::string(gguf::type_name(o.type)) + " (q4_0, q8_0, f16, bf16)"};
+  if (s.arch == "qwen3moe" && (s.n_expert == 0 || s.expert_ff == 0))
+    return Error{"synth: qwen3moe needs experts (n_expert and expert_ff)"};
+  if (s.n_expert > 0 && (s.n_expert_used == 0 || s.n_expert_used > s.n_expert))
+    return Error{"synth: experts used per token must be between 1 and " + std::to_string(s.n_expert)};
+  if (s.n_head_kv == 0 || s.n_head % s.n_head_kv != 0)
+    return Error{"synth: head count " + std::to_string(s.n_head) + " is not a multiple of kv heads " +
+                 std::to_string(s.n_head_kv)};
+  const uint32_t block = gguf::type_info(o.type)->block_elems;
+  for (uint64_t dim : {uint64_t{s.d_model}, uint64_t{s.n_head} * s.head_dim, uint64_t{s.ff}, uint64_t{s.expert_ff}})
+    if (dim % block != 0)
+      return Error{"synth: dimension " + std::to_string(dim) + " is not a multiple of the " +
+                   std::string(gguf::type_name(o.type)) + " block of " + std::to_string(block)};
+
+  DF_ASSIGN(gguf::File tok, gguf::read_file(o.tokenizer_from));
+  DF_ASSIGN(const gguf::Array* tokens, tok.get_array("tokenizer.ggml.tokens"));
+  const uint64_t n_vocab = tokens->items.size();
+  if (n_vocab == 0) return Error{o.tokenizer_from + ": tokenizer.ggml.tokens is empty"};
+
+  DF_ASSIGN(gguf::Writer w, gguf::Writer::create(o.out));
+  const std::string a = s.arch;
+  w.set("general.architecture", Value::string(a));
+  w.set("general.name", Value::string("synthetic " + a + " seed " + std::to_string(o.seed)));
+  w.set("general.alignment", Value::u32(32));
+  w.set("general.file_type", Value::u32(file_type_code(o.type)));
+  w.set(a + ".block_count", Value::u32(s.n_layer));
+  w.set(a + ".context_length", Value::u32(s.context));
+  w.set(a + ".embedding_length", Value::u32(s.d_model));
+  w.set(a + ".feed_forward_length", Value::u32(s.ff));
+  w.set(a + ".attention.head_count", Value::u32(s.n_head));
+  w.set(a + ".attention.head_count_kv", Value::u32(s.n_head_kv));
+  w.set(a + ".attention.key_length", Value::u32(s.head_dim));
+  w.set(a + ".attention.value_length", Value::u32(s.head_dim));
+  w.set(a + ".rope.freq_base", Value::f32(static_cast<float>(s.rope_base)));
+  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(s.rms_eps)));
+  if (a == "llama") {
+    w.set(a + ".rope.dimension_count", Value::u32(s.head_dim));
+    w.set(a + ".vocab_size", Value::u32(static_cast<uint32_t>(n_vocab)));
+  }
+  if (s.n_expert > 0) {
+    w.set(a + ".expert_count", Value::u32(s.n_expert));
+    w.set(a + ".expert_used_count", Value::u32(s.n_expert_used));
+    if (a == "qwen3moe") w.set(a + ".expert_feed_forward_length", Value::u32(s.expert_ff));
+  }
+  for (const auto& kv : tok.metadata)
+    if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
+
+  auto tensors = plan_tensors(s, o.type, n_vocab);
+  for (const auto& t : tensors) DF_TRY(w.add_tensor(t.name, t.type, t.shape));
+  DF_TRY(w.write_header());
+
+  const unsigned threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t total = w.total_data_bytes();
+  // Generate a batch of chunks in parallel while the previous batch is being written.
+  constexpr uint64_t kBatchBytes = 64ull << 20;
+  std::vector<uint8_t> bufs[2];
+  std::future<Status> pending;
+  int cur = 0;
+  uint64_t done = 0;
+  for (size_t ti = 0; ti < tensors.size(); ++ti) {
+    const Planned& t = tensors[ti];
+    const auto* info = gguf::type_info(t.type);
+    uint64_t n = 1;
+    for (uint64_t dim : t.shape) n *= dim;
+    const uint64_t n_bytes = n / info->block_elems * info->block_bytes;
+    if (t.kind != Planned::Matrix && t.kind != Planned::Router) {
+      // Norm weights near 1, as trained models have them.
+      std::vector<float> v(n);
+      Rng rng{mix(o.seed, ti)};
+      for (auto& x : v) x = 0.9f + 0.2f * rng.uniform();
+      if (pending.valid()) DF_TRY(pending.get());
+      DF_TRY(w.write_data(v.data(), v.size() * 4));
+      done += n_bytes;
+      continue;
+    }
+    const uint64_t chunk_bytes = kChunkBlocks * info->block_bytes;
+    const uint64_t chunks_per_batch = std::max<uint64_t>(1, kBatchBytes / chunk_bytes);
+    for (uint64_t c0 = 0; c0 * chunk_bytes < n_bytes; c0 += chunks_per_batch) {
+      const uint64_t begin = c0 * chunk_bytes;
+      const uint64_t end = std::min(n_bytes, (c0 + chunks_per_batch) * chunk_bytes);
+      auto& buf = bufs[cur];
+      buf.resize(end - begin);
+      std::vector<std::thread> pool;
+      const uint64_t n_chunks = (end - begin + chunk_bytes - 1) / chunk_bytes;
+      for (unsigned th = 0; th < threads; ++th)
+        pool.emplace_back([&, th] {
+          for (uint64_t c = th; c < n_chunks; c += threads) {
+            uint64_t off = c * chunk_bytes;
+            uint64_t len = std::min(chunk_bytes, end - begin - off);
+            fill_random(t.type, t.stddev, mix(mix(o.seed, ti + 1), c0 + c), buf.data() + off, len);
+          }
+        });
+      for (auto& th : pool) th.join();
+      if (pending.valid()) DF_TRY(pending.get());
+      pending = std::async(std::launch::async, [&w, &buf] { return w.write_data(buf.data(), buf.size()); });
+      cur ^= 1;
+      done += end - begin;
+      if (o.progress) o.progress(done, total);
+    }
+  }
+  if (pending.valid()) DF_TRY(pending.get());
+  return w.finish();
+}
+
+std::optional<Shape> preset(const std::string& arch, const std::string& name) {
+  Shape s;
+  s.arch = arch;
+  if (arch == "qwen3moe") {
+    s.n_expert = 16, s.n_expert_used = 4, s.expert_ff = 64, s.ff = 256;
+    if (name == "tiny") return s;
+    if (name == "2g") {  // about 2 GiB in Q4_0: a CPU benchmark that does not fit a small cache
+      s.n_layer = 32, s.d_model = 1024, s.n_head = 16, s.n_head_kv = 4, s.head_dim = 64;
+      s.n_expert = 64, s.n_expert_used = 8, s.expert_ff = 512, s.ff = 2816;
+      return s;
+    }
+    if (name == "qwen3-30b-a3b") {  // Qwen3-30B-A3B's exact shape
+      s.n_layer = 48, s.d_model = 2048, s.n_head = 32, s.n_head_kv = 4, s.head_dim = 128;
+      s.n_expert = 128, s.n_expert_used = 8, s.expert_ff = 768, s.ff = 6144, s.context = 40960;
+      return s;
+    }
+  } else if (arch == "qwen3") {
+    if (name == "tiny") return s;
+    if (name == "small") {
+      s.n_layer = 8, s.d_model = 512, s.n_head = 8, s.n_head_kv = 2, s.head_dim = 64, s.ff = 1536;
+      return s;
+    }
+  } else if (arch == "llama") {
+    s.rope_base = 10000, s.rms_eps = 1e-6;
+    if (name == "tiny") return s;
+    if (name == "mixtral-tiny") {  // Mixtral layout: 8 experts, top-2, llama attention
+      s.d_model = 128, s.n_head = 4, s.n_head_kv = 2, s.n_expert = 8, s.n_expert_used = 2, s.rope_base = 1e6;
+      return s;
+    }
+    if (name == "small") {
+      s.n_layer = 8, s.d_model = 512, s.n_head = 8, s.n_head_kv = 2, s.head_dim = 64, s.ff = 1536;
+      return s;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> preset_names(const std::string& arch) {
+  if (arch == "qwen3moe") return {"tiny", "2g", "qwen3-30b-a3b"};
+  if (arch == "qwen3") return {"tiny", "small"};
+  if (arch == "llama") return {"tiny", "mixtral-tiny", "small"};
+  return {};
+}
+
+}  // namespace df::synth
