@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -39,6 +40,12 @@ class LocalSource final : public Source {
 
   const Fingerprint& fingerprint() const override { return fp_; }
   Status read(uint64_t offset, void* dst, size_t n) override { return reader_->read(id_, offset, n, dst); }
+  bool still_same() override {
+    struct stat st {};
+    if (::stat(reader_->file(id_).path.c_str(), &st) != 0) return false;
+    return static_cast<uint64_t>(st.st_size) == fp_.size &&
+           int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec == fp_.mtime_ns;
+  }
 
  private:
   LocalSource(std::unique_ptr<io::Reader> r, io::FileId id) : reader_(std::move(r)), id_(id) {}
@@ -61,11 +68,16 @@ class HeaderBytes final : public gguf::ByteSource {
  public:
   HeaderBytes(std::string bytes, uint64_t size) : bytes_(std::move(bytes)), size_(size) {}
   uint64_t size() const override { return size_; }
+  // The parser reads ahead in windows that may run past the header into tensor data it never looks at: those
+  // bytes read as zeros. Past the file's size is the caller's error, as with any ByteSource.
   Status read_at(uint64_t offset, void* dst, size_t n) override {
-    if (offset + n > bytes_.size())
-      return Error{"header ends at byte " + std::to_string(bytes_.size()) + ", read of " + std::to_string(n) +
-                   " bytes at offset " + std::to_string(offset) + " goes past it"};
-    std::memcpy(dst, bytes_.data() + offset, n);
+    if (offset + n > size_)
+      return Error{"read of " + std::to_string(n) + " bytes at offset " + std::to_string(offset) +
+                   " goes past the end (" + std::to_string(size_) + " bytes)"};
+    auto* out = static_cast<uint8_t*>(dst);
+    size_t have = offset < bytes_.size() ? std::min<size_t>(n, bytes_.size() - static_cast<size_t>(offset)) : 0;
+    if (have) std::memcpy(out, bytes_.data() + offset, have);
+    std::memset(out + have, 0, n - have);
     return {};
   }
 

@@ -46,6 +46,9 @@ class Source {
   virtual Status read(uint64_t offset, void* dst, size_t n) = 0;
   // True after a read failed because the source is no longer what was opened (size or ETag changed, 416).
   virtual bool changed() const { return false; }
+  // Checks again, after reading, that the source is what was opened (a local file: size and mtime; a URL: every
+  // response was checked against the ETag and size already).
+  virtual bool still_same() { return !changed(); }
 };
 
 struct HttpOptions {
@@ -63,7 +66,7 @@ Result<std::unique_ptr<Source>> open_source(const std::string& path_or_url, cons
 Result<gguf::File> read_header(Source& src, Fingerprint& fp, std::string& header);
 
 // A gguf::ByteSource over the first bytes of a file whose full size is `size`: parses a header saved apart from
-// its data (a store's header.gguf). Reads past the saved bytes fail.
+// its data (a store's header.gguf). Bytes past the saved ones read as zeros (the parser's read-ahead window).
 std::unique_ptr<gguf::ByteSource> header_source(std::string bytes, uint64_t size);
 
 }  // namespace df::store

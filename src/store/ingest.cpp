@@ -1,0 +1,343 @@
+#include "diskformer/store/ingest.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "diskformer/io/buffer.h"
+#include "diskformer/store/record.h"
+#include "diskformer/store/store.h"
+#include "diskformer/util/check.h"
+#include "diskformer/util/size.h"
+#include "store/files.h"
+#include "store/manifest.h"
+
+namespace df::store {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kMaxWindow = 8ull << 20;
+constexpr unsigned kMaxRestarts = 3;
+
+// `len` source bytes at `src` go to `dst` in data.bin.
+struct Job {
+  uint64_t src = 0, len = 0, dst = 0;
+};
+
+// Every tensor byte of the source belongs to exactly one place in the store: its record or its global tensor.
+std::vector<Job> plan_jobs(const RecordMap& from, const RecordMap& to) {
+  std::vector<Job> jobs;
+  DF_CHECK(from.globals().size() == to.globals().size());
+  for (size_t i = 0; i < from.globals().size(); ++i)
+    jobs.push_back({from.globals()[i].second.offset, from.globals()[i].second.length, to.globals()[i].second.offset});
+  DF_CHECK(from.layers().size() == to.layers().size());
+  for (size_t i = 0; i < from.layers().size(); ++i) {
+    const LayerRecord &a = from.layers()[i], &b = to.layers()[i];
+    for (const auto& t : a.tensors) jobs.push_back({t.file_offset, t.bytes, b.base + t.slot_offset});
+  }
+  DF_CHECK(from.expert_layers().size() == to.expert_layers().size());
+  for (size_t i = 0; i < from.expert_layers().size(); ++i) {
+    const ExpertLayerRecords &a = from.expert_layers()[i], &b = to.expert_layers()[i];
+    for (uint64_t e = 0; e < a.n_experts; ++e)
+      for (const auto& p : a.parts) jobs.push_back({p.file_offset + e * p.bytes, p.bytes, b.base + e * b.stride + p.slot_offset});
+  }
+  std::erase_if(jobs, [](const Job& j) { return j.len == 0; });
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.src < b.src; });
+  for (size_t i = 1; i < jobs.size(); ++i) DF_CHECK(jobs[i - 1].src + jobs[i - 1].len <= jobs[i].src);
+  return jobs;
+}
+
+// What one source's header says the store must hold.
+struct Plan {
+  Fingerprint fp;
+  std::string header;
+  RecordMap repacked;
+  std::vector<Job> jobs;
+  std::vector<uint64_t> done_before;  // bytes of jobs[0..i)
+  uint64_t first = 0, end = 0;         // source range the jobs cover
+  uint64_t total = 0;
+  uint64_t records = 0;
+
+  // Bytes of jobs below source offset pos.
+  uint64_t done_at(uint64_t pos) const {
+    auto it = std::upper_bound(jobs.begin(), jobs.end(), pos, [](uint64_t p, const Job& j) { return p < j.src; });
+    if (it == jobs.begin()) return 0;
+    size_t i = static_cast<size_t>(it - jobs.begin()) - 1;
+    return done_before[i] + std::min(jobs[i].len, pos - jobs[i].src);
+  }
+};
+
+Result<Plan> make_plan(Source& src, const std::string& data_path) {
+  Plan p;
+  DF_ASSIGN(gguf::File f, read_header(src, p.fp, p.header));
+  DF_ASSIGN(RecordMap in_place, RecordMap::in_place(f));
+  DF_ASSIGN(p.repacked, RecordMap::repacked(f, data_path));
+  p.jobs = plan_jobs(in_place, p.repacked);
+  for (const auto& j : p.jobs) {
+    p.done_before.push_back(p.total);
+    p.total += j.len;
+  }
+  if (!p.jobs.empty()) {
+    p.first = p.jobs.front().src;
+    p.end = p.jobs.back().src + p.jobs.back().len;
+  }
+  if (p.end > src.size())
+    return Error{src.location() + ": tensor data ends at byte " + std::to_string(p.end) + ", the file has " +
+                 std::to_string(src.size())};
+  for (const auto& el : p.repacked.expert_layers()) p.records += el.n_experts;
+  p.records += p.repacked.layers().size();
+  for (const auto& t : p.repacked.tables()) p.records += t.rows;
+  return p;
+}
+
+class DataFile {
+ public:
+  ~DataFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // fresh: truncates, then reserves `bytes` (zeros) so that a full disk shows up now rather than half-way.
+  Status open(const std::string& path, uint64_t bytes, bool fresh) {
+    path_ = path;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0644);
+    if (fd_ < 0) return Error{path + ": cannot open for writing: " + detail::errno_text(errno)};
+    if (!fresh) return {};
+    if (::fallocate(fd_, 0, 0, static_cast<off_t>(bytes)) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+      return Error{path + ": cannot reserve " + std::to_string(bytes) + " bytes (" + format_size(bytes) +
+                   ") for the store: " + detail::errno_text(errno)};
+    if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
+      return Error{path + ": cannot extend to " + std::to_string(bytes) + " bytes: " + detail::errno_text(errno)};
+    return sync();
+  }
+  Status write_at(uint64_t offset, const uint8_t* data, uint64_t n) {
+    uint64_t done = 0;
+    while (done < n) {
+      ssize_t w = ::pwrite(fd_, data + done, n - done, static_cast<off_t>(offset + done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0)
+        return Error{path_ + ": write of " + std::to_string(n) + " bytes at offset " + std::to_string(offset) +
+                     " failed: " + detail::errno_text(w < 0 ? errno : ENOSPC)};
+      done += static_cast<uint64_t>(w);
+    }
+    return {};
+  }
+  Status sync() {
+    if (::fdatasync(fd_) != 0) return Error{path_ + ": fdatasync failed: " + detail::errno_text(errno)};
+    return {};
+  }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+std::string progress_text(const Plan& p, uint64_t pos) {
+  json j{{"format", detail::kProgressFormat},
+         {"layout_version", kLayoutVersion},
+         {"planes", kPlanesNone},
+         {"source", detail::fingerprint_json(p.fp)},
+         {"data_bytes", p.repacked.file_bytes()},
+         {"done", pos}};
+  return j.dump(1) + "\n";
+}
+
+// Why the directory's previous contents cannot be reused without --force ("" when they can be reused or replaced).
+std::string foreign_reason(const detail::StoreHeader& h, const Fingerprint& now, const std::string& what) {
+  if (h.layout_version != kLayoutVersion || h.planes != kPlanesNone)
+    return what + " of layout version " + std::to_string(h.layout_version) + " (planes \"" + h.planes +
+           "\"), this build writes version " + std::to_string(kLayoutVersion) + " (planes \"" + kPlanesNone + "\")";
+  if (!same_location(h.source, now)) return what + " of " + h.source.location + ", not of " + now.location;
+  return "";
+}
+
+struct RunState {
+  IngestResult* result;
+  bool source_changed = false;
+};
+
+Status run_once(const IngestOptions& o, RunState& rs) {
+  IngestResult& res = *rs.result;
+  auto note = [&](const std::string& s) {
+    if (o.on_note) o.on_note(s);
+  };
+  const fs::path dir(o.dir);
+  const std::string data_path = (dir / kDataFile).string(), manifest_path = (dir / kManifestFile).string(),
+                    progress_path = (dir / kProgressFile).string(), header_path = (dir / kHeaderFile).string();
+
+  DF_ASSIGN(auto src, open_source(o.source, o.http));
+  DF_ASSIGN(Plan plan, make_plan(*src, data_path));
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Error{o.dir + ": cannot create the store directory: " + ec.message()};
+
+  // What is there already decides between nothing to do, resuming, and starting over.
+  bool fresh = true;
+  uint64_t start = plan.first;
+  bool missing = false;
+  auto manifest = detail::read_whole_file(manifest_path, &missing);
+  if (manifest.ok()) {
+    json j = json::parse(*manifest, nullptr, false);
+    auto h = j.is_discarded() ? Result<detail::StoreHeader>(Error{manifest_path + ": not valid JSON"})
+                              : detail::parse_store_header(j, manifest_path, detail::kManifestFormat);
+    if (!h.ok() && !o.force)
+      return Error{o.dir + ": holds an unreadable store (" + h.error().message + "); pass --force to replace it"};
+    if (h.ok()) {
+      std::string foreign = foreign_reason(*h, plan.fp, "a store");
+      if (!foreign.empty() && !o.force)
+        return Error{o.dir + ": holds " + foreign + "; pass --force to replace it"};
+      std::string change = describe_change(h->source, plan.fp);
+      if (foreign.empty() && change.empty()) {
+        // Complete and current only if Store::open agrees (a truncated data.bin or an edited manifest is not).
+        auto opened = Store::open(o.dir);
+        if (opened.ok()) {
+          note(o.dir + " is complete and up to date with " + plan.fp.location);
+          res.up_to_date = true;
+          res.data_bytes = plan.repacked.file_bytes();
+          res.records = plan.records;
+          return {};
+        }
+        note(opened.error().message + "; rebuilding");
+      } else if (foreign.empty()) {
+        note(plan.fp.location + " changed since the store was made (" + change + "); rebuilding");
+      }
+    }
+  } else if (!missing) {
+    return manifest.take_error();
+  } else {
+    auto progress = detail::read_whole_file(progress_path, &missing);
+    if (!progress.ok() && !missing) return progress.take_error();
+    if (progress.ok()) {
+      json j = json::parse(*progress, nullptr, false);
+      auto h = j.is_discarded() ? Result<detail::StoreHeader>(Error{progress_path + ": not valid JSON"})
+                                : detail::parse_store_header(j, progress_path, detail::kProgressFormat);
+      if (!h.ok()) {
+        note(h.error().message + "; starting over");
+      } else {
+        std::string foreign = foreign_reason(*h, plan.fp, "an interrupted ingest");
+        if (!foreign.empty() && !o.force)
+          return Error{o.dir + ": holds " + foreign + "; refusing to resume it (pass --force to start over)"};
+        std::string change = describe_change(h->source, plan.fp);
+        uint64_t done = j.value("done", uint64_t{0});
+        struct stat st {};
+        bool data_ok = ::stat(data_path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == h->data_bytes &&
+                       h->data_bytes == plan.repacked.file_bytes();
+        if (!foreign.empty()) {
+          // --force: replace it.
+        } else if (!change.empty()) {
+          note(plan.fp.location + " changed since the interrupted ingest (" + change + "); starting over");
+        } else if (data_ok && done >= plan.first && done <= plan.end) {
+          fresh = false;
+          start = done;
+          res.resumed = true;
+          res.resumed_at = plan.done_at(done);
+          note("resuming at " + format_size(res.resumed_at) + " of " + format_size(plan.total));
+        } else {
+          note(o.dir + ": the interrupted ingest's data file does not match its checkpoint; starting over");
+        }
+      }
+    }
+  }
+
+  DataFile data;
+  if (fresh) {
+    DF_TRY(detail::remove_durably(manifest_path));
+    DF_TRY(detail::remove_durably(progress_path));
+    DF_TRY(detail::write_file_durably(header_path, plan.header));
+    DF_TRY(data.open(data_path, plan.repacked.file_bytes(), true));
+    DF_TRY(detail::write_file_durably(progress_path, progress_text(plan, start)));
+  } else {
+    DF_TRY(data.open(data_path, plan.repacked.file_bytes(), false));
+  }
+
+  uint64_t window = std::min<uint64_t>(kMaxWindow, std::max<uint64_t>(io::kDirectAlignment,
+                                                                     io::align_down(o.checkpoint_every, io::kDirectAlignment)));
+  if (o.limit_rate > 0)
+    window = std::min(window, std::max<uint64_t>(io::kDirectAlignment, io::align_down(o.limit_rate / 16, io::kDirectAlignment)));
+  DF_ASSIGN(io::AlignedBuffer buf, io::AlignedBuffer::allocate(window + io::kDirectAlignment));
+
+  const auto t0 = Clock::now();
+  uint64_t pos = start, last_checkpoint = start, read_this_run = 0;
+  size_t j = static_cast<size_t>(
+      std::upper_bound(plan.jobs.begin(), plan.jobs.end(), pos,
+                       [](uint64_t p, const Job& job) { return p < job.src + job.len; }) - plan.jobs.begin());
+  auto report = [&](bool finished) {
+    if (!o.on_progress) return;
+    IngestProgress p;
+    p.done = plan.done_at(pos);
+    p.total = plan.total;
+    p.this_run = p.done - res.resumed_at;
+    p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    p.finished = finished;
+    o.on_progress(p);
+  };
+  while (pos < plan.end) {
+    if (j < plan.jobs.size() && plan.jobs[j].src > pos) pos = plan.jobs[j].src;  // skip padding between tensors
+    uint64_t wend = std::min(plan.end, io::align_down(pos, window) + window);
+    uint8_t* w = buf.data() + pos % io::kDirectAlignment;  // same phase as the file offset: O_DIRECT reads in place
+    Status st = src->read(pos, w, wend - pos);
+    if (!st.ok()) {
+      rs.source_changed = src->changed();
+      return st;
+    }
+    for (size_t k = j; k < plan.jobs.size() && plan.jobs[k].src < wend; ++k) {
+      const Job& job = plan.jobs[k];
+      uint64_t a = std::max(job.src, pos), b = std::min(job.src + job.len, wend);
+      if (a < b) DF_TRY(data.write_at(job.dst + (a - job.src), w + (a - pos), b - a));
+    }
+    while (j < plan.jobs.size() && plan.jobs[j].src + plan.jobs[j].len <= wend) ++j;
+    read_this_run += wend - pos;
+    pos = wend;
+    if (pos - last_checkpoint >= o.checkpoint_every && pos < plan.end) {
+      DF_TRY(data.sync());  // the data first: a checkpoint never points past bytes that are not on disk
+      DF_TRY(detail::write_file_durably(progress_path, progress_text(plan, pos)));
+      last_checkpoint = pos;
+    }
+    if (o.limit_rate > 0) {
+      auto due = t0 + std::chrono::duration<double>(double(read_this_run) / double(o.limit_rate));
+      std::this_thread::sleep_until(std::chrono::time_point_cast<Clock::duration>(due));
+    }
+    if (pos < plan.end) report(false);
+  }
+  DF_TRY(data.sync());
+  // Everything was read from the source as open() saw it; a file replaced meanwhile must not make a store.
+  if (!src->still_same()) {
+    rs.source_changed = true;
+    return Error{plan.fp.location + ": changed while it was being read"};
+  }
+  DF_TRY(detail::write_file_durably(manifest_path, detail::manifest_text(plan.fp, plan.repacked)));
+  DF_TRY(detail::remove_durably(progress_path));
+  res.copied = plan.done_at(pos) - res.resumed_at;
+  res.data_bytes = plan.repacked.file_bytes();
+  res.records = plan.records;
+  res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  report(true);
+  return {};
+}
+
+}  // namespace
+
+Result<IngestResult> ingest(const IngestOptions& options) {
+  if (options.checkpoint_every == 0) return Error{"ingest: checkpoint interval must be at least one byte"};
+  IngestResult res;
+  for (unsigned attempt = 0;; ++attempt) {
+    RunState rs{&res};
+    Status st = run_once(options, rs);
+    if (st.ok()) return res;
+    if (!rs.source_changed || attempt >= kMaxRestarts) return st.take_error();
+    if (options.on_note) options.on_note(st.error().message + "; starting over");
+    res = IngestResult{};
+    res.restarts = attempt + 1;
+  }
+}
+
+}  // namespace df::store
