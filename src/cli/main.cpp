@@ -19,6 +19,7 @@ constexpr Command kCommands[] = {
     {"ingest", df::cli::cmd_ingest, "repack a GGUF (file or URL) into a resumable streaming store"},
     {"measure", df::cli::cmd_measure, "disk bandwidth: sequential and random record reads, O_DIRECT, io_uring vs pread"},
     {"tokenize", df::cli::cmd_tokenize, "text to token ids (JSON), exactly as llama.cpp tokenizes"},
+    {"render-template", df::cli::cmd_render_template, "print the prompt a chat template makes of a conversation"},
 };
 
 void print_usage(FILE* out) {
