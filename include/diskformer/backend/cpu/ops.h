@@ -1,0 +1,56 @@
+// Named operations of the forward pass on the CPU: each converts activations the way llama.cpp's CPU backend does
+// (Q8_0 for Q4_0/Q8_0 weights, f16 for f16 weights, bf16 for bf16 weights) and splits the work over the pool.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "diskformer/backend/cpu/kernels.h"
+#include "diskformer/backend/cpu/thread_pool.h"
+#include "diskformer/model/spec.h"
+#include "diskformer/model/weights.h"
+
+namespace df::cpu {
+
+struct Context {
+  const Kernels* kernels = &best_kernels();
+  ThreadPool* pool = nullptr;    // nullptr: run on the calling thread
+  std::vector<uint8_t> act;      // converted activations of the current matmul
+  uint64_t weight_bytes_read = 0;  // bytes of weights the matmuls streamed through (for bench's GB/s)
+
+  void parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn);
+};
+
+// y[t][r] = dot(W row r, x[t]) for t < n_tok: x is [n_tok][w.cols], y is [n_tok][w.rows].
+void matmul(Context& ctx, const model::Mat& w, const float* x, int64_t n_tok, float* y);
+
+// y = x / sqrt(mean(x^2) + eps) * weight, n elements (ggml's rms_norm then mul; the square sum in double).
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y);
+
+// Rotates the first n_rot dimensions of each of n_heads heads of head_dim floats at position pos.
+void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float base, model::RopeStyle style);
+
+// Row `row` of an embedding table, dequantized to floats ([w.cols]).
+void get_row(const model::Mat& w, int64_t row, float* out);
+
+// y[i] = silu(gate[i]) * up[i]
+void swiglu(const float* gate, const float* up, int64_t n, float* y);
+
+// In-place softmax over n values (sum in double, as ggml's soft_max).
+void softmax(float* x, int64_t n);
+
+// Causal attention of n_tok queries at positions pos0 .. pos0 + n_tok - 1 over an f16 cache holding positions
+// 0 .. pos0 + n_tok - 1. Follows ggml's CPU flash attention: q rounded to f16, scores in f32, online softmax with
+// the value accumulator kept in f16.
+struct AttentionArgs {
+  const float* q = nullptr;         // [n_tok][n_head * head_dim_k]
+  const uint16_t* k = nullptr;      // [positions][n_head_kv * head_dim_k] f16
+  const uint16_t* v = nullptr;      // [positions][n_head_kv * head_dim_v] f16
+  float* out = nullptr;             // [n_tok][n_head * head_dim_v]
+  int n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
+  int64_t pos0 = 0, n_tok = 0;
+  float scale = 1.0f;
+};
+void attention(Context& ctx, const AttentionArgs& a);
+
+}  // namespace df::cpu

@@ -1,0 +1,61 @@
+// One forward pass over a batch of tokens for the llama, qwen3 and qwen3moe families (spec flags select qk-norm,
+// RoPE pairing and the feed-forward kind), as llama.cpp's graphs for them compute it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "diskformer/backend/cpu/ops.h"
+#include "diskformer/model/kv_cache.h"
+#include "diskformer/model/spec.h"
+#include "diskformer/model/weights.h"
+#include "diskformer/util/result.h"
+
+namespace df::model {
+
+// Activations of one batch; sized on first use and reused.
+struct ForwardBuffers {
+  std::vector<float> x;       // [n_tok][n_embd] residual stream
+  std::vector<float> xn;      // [n_tok][n_embd] normed input of a sublayer
+  std::vector<float> q;       // [n_tok][n_head * head_dim_k]
+  std::vector<float> k, v;    // [n_tok][n_head_kv * head_dim]
+  std::vector<float> attn;    // [n_tok][n_head * head_dim_v]
+  std::vector<float> proj;    // [n_tok][n_embd] sublayer output
+  std::vector<float> gate, up;  // [n_tok][n_ff]
+  std::vector<float> router;  // [n_tok][n_expert]
+  std::vector<float> expert_out;  // [n_tok][n_expert_used][n_embd]
+  std::vector<float> gather;  // [tokens of one expert][n_embd or n_ff]
+  std::vector<float> logits;  // [n_out][n_vocab]
+};
+
+// Routing counters for the cache statistics and the benchmarks.
+struct ForwardStats {
+  uint64_t tokens = 0;
+  uint64_t expert_uses = 0;  // (token, expert) pairs routed
+};
+
+class Forward {
+ public:
+  Forward(const ModelSpec& spec, WeightSource& weights, cpu::Context& ctx) : s_(spec), w_(weights), ctx_(ctx) {}
+
+  // Runs tokens at positions kv.n_past .. kv.n_past + n - 1, appends their keys and values, and leaves the logits of
+  // the last token (all_logits: of every token, [n][n_vocab]) in logits(). Errors: context overflow, a token id out
+  // of the vocabulary, an I/O failure of a streaming WeightSource.
+  Status run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits = false);
+  const std::vector<float>& logits() const { return b_.logits; }
+  const ForwardStats& stats() const { return stats_; }
+
+ private:
+  Status attention_block(const LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv);
+  void dense_ffn(const LayerWeights& lw, int64_t n);
+  Status moe_ffn(const LayerWeights& lw, uint32_t il, int64_t n);
+
+  const ModelSpec& s_;
+  WeightSource& w_;
+  cpu::Context& ctx_;
+  ForwardBuffers b_;
+  ForwardStats stats_;
+};
+
+}  // namespace df::model

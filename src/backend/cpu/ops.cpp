@@ -1,0 +1,198 @@
+#include "diskformer/backend/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "diskformer/util/check.h"
+
+namespace df::cpu {
+
+using gguf::GgmlType;
+
+void Context::parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+  if (pool) {
+    pool->run(n_tasks, fn);
+  } else {
+    for (int64_t t = 0; t < n_tasks; ++t) fn(t);
+  }
+}
+
+namespace {
+
+// Bytes of one activation row converted for weights of type t.
+uint64_t act_row_bytes(GgmlType t, int64_t cols) {
+  switch (t) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0: return uint64_t(cols / kQK) * sizeof(BlockQ8_0);
+    case GgmlType::F16:
+    case GgmlType::BF16: return uint64_t(cols) * 2;
+    default: return uint64_t(cols) * 4;
+  }
+}
+
+void convert_act(const Kernels& k, GgmlType t, const float* x, int64_t cols, uint8_t* dst) {
+  switch (t) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0: k.quantize_q8_0(x, reinterpret_cast<BlockQ8_0*>(dst), cols); break;
+    case GgmlType::F16: k.to_f16(x, reinterpret_cast<uint16_t*>(dst), cols); break;
+    case GgmlType::BF16: k.to_bf16(x, reinterpret_cast<uint16_t*>(dst), cols); break;
+    default: std::copy(x, x + cols, reinterpret_cast<float*>(dst)); break;
+  }
+}
+
+float dot_row(const Kernels& k, GgmlType t, int64_t n, const uint8_t* w, const uint8_t* a) {
+  switch (t) {
+    case GgmlType::Q4_0:
+      return k.dot_q4_0_q8_0(n, reinterpret_cast<const BlockQ4_0*>(w), reinterpret_cast<const BlockQ8_0*>(a));
+    case GgmlType::Q8_0:
+      return k.dot_q8_0_q8_0(n, reinterpret_cast<const BlockQ8_0*>(w), reinterpret_cast<const BlockQ8_0*>(a));
+    case GgmlType::F16:
+      return k.dot_f16(n, reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(a));
+    case GgmlType::BF16:
+      return k.dot_bf16(n, reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(a));
+    default:
+      return k.dot_f32(n, reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(a));
+  }
+}
+
+}  // namespace
+
+void matmul(Context& ctx, const model::Mat& w, const float* x, int64_t n_tok, float* y) {
+  DF_CHECK(w.data != nullptr && model::matmul_type_supported(w.type));
+  const Kernels& k = *ctx.kernels;
+  const uint64_t arb = act_row_bytes(w.type, w.cols);
+  if (ctx.act.size() < arb * n_tok) ctx.act.resize(arb * n_tok);
+  uint8_t* act = ctx.act.data();
+  for (int64_t t = 0; t < n_tok; ++t) convert_act(k, w.type, x + t * w.cols, w.cols, act + t * arb);
+
+  // Row chunks: enough tasks to balance the threads, each long enough to amortize a task's start.
+  const int threads = ctx.pool ? ctx.pool->size() : 1;
+  const int64_t chunk = std::max<int64_t>(4, w.rows / (threads * 8));
+  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
+  ctx.parallel(n_chunks, [&](int64_t c) {
+    const int64_t r0 = c * chunk, r1 = std::min(w.rows, r0 + chunk);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* wr = w.row(r);
+      for (int64_t t = 0; t < n_tok; ++t) y[t * w.rows + r] = dot_row(k, w.type, w.cols, wr, act + t * arb);
+    }
+  });
+  ctx.weight_bytes_read += w.row_bytes * uint64_t(w.rows);
+}
+
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  const float mean = float(sum / double(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * weight[i];
+}
+
+void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float base, model::RopeStyle style) {
+  // cos/sin per pair, the angle advanced by repeated multiplication as ggml's rope cache does.
+  float cs[1024], sn[1024];
+  DF_CHECK(n_rot / 2 <= 1024);
+  const float theta_scale = std::pow(base, -2.0f / float(n_rot));
+  float theta = float(pos);
+  for (int i = 0; i < n_rot / 2; ++i) {
+    cs[i] = std::cos(theta);
+    sn[i] = std::sin(theta);
+    theta *= theta_scale;
+  }
+  for (int h = 0; h < n_heads; ++h) {
+    float* xh = x + int64_t(h) * head_dim;
+    for (int i = 0; i < n_rot / 2; ++i) {
+      const int a = style == model::RopeStyle::kNormal ? 2 * i : i;
+      const int b = style == model::RopeStyle::kNormal ? 2 * i + 1 : i + n_rot / 2;
+      const float x0 = xh[a], x1 = xh[b];
+      xh[a] = x0 * cs[i] - x1 * sn[i];
+      xh[b] = x0 * sn[i] + x1 * cs[i];
+    }
+  }
+}
+
+void get_row(const model::Mat& w, int64_t row, float* out) {
+  const uint8_t* r = w.row(row);
+  switch (w.type) {
+    case GgmlType::Q4_0: {
+      auto* b = reinterpret_cast<const BlockQ4_0*>(r);
+      for (int64_t j = 0; j < w.cols / kQK; ++j) {
+        const float d = f16_to_f32(b[j].d);
+        for (int i = 0; i < 16; ++i) {
+          out[j * kQK + i] = float(int(b[j].qs[i] & 0x0f) - 8) * d;
+          out[j * kQK + i + 16] = float(int(b[j].qs[i] >> 4) - 8) * d;
+        }
+      }
+      break;
+    }
+    case GgmlType::Q8_0: {
+      auto* b = reinterpret_cast<const BlockQ8_0*>(r);
+      for (int64_t j = 0; j < w.cols / kQK; ++j) {
+        const float d = f16_to_f32(b[j].d);
+        for (int i = 0; i < kQK; ++i) out[j * kQK + i] = float(b[j].qs[i]) * d;
+      }
+      break;
+    }
+    case GgmlType::F16: {
+      auto* h = reinterpret_cast<const uint16_t*>(r);
+      for (int64_t i = 0; i < w.cols; ++i) out[i] = f16_to_f32(h[i]);
+      break;
+    }
+    case GgmlType::BF16: {
+      auto* h = reinterpret_cast<const uint16_t*>(r);
+      for (int64_t i = 0; i < w.cols; ++i) out[i] = bf16_to_f32(h[i]);
+      break;
+    }
+    default: std::copy_n(reinterpret_cast<const float*>(r), w.cols, out); break;
+  }
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void softmax(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += double(x[i]);
+  }
+  const float inv = float(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void attention(Context& ctx, const AttentionArgs& a) {
+  const Kernels& k = *ctx.kernels;
+  DF_CHECK(a.head_dim_k <= 1024 && a.head_dim_v <= 1024);
+  const int group = a.n_head / a.n_head_kv;
+  const int64_t kv_k = int64_t(a.n_head_kv) * a.head_dim_k, kv_v = int64_t(a.n_head_kv) * a.head_dim_v;
+  ctx.parallel(a.n_tok * a.n_head, [&](int64_t task) {
+    const int64_t t = task / a.n_head;
+    const int h = int(task % a.n_head), g = h / group;
+    uint16_t q16[1024], acc16[1024];
+    k.to_f16(a.q + (t * a.n_head + h) * a.head_dim_k, q16, a.head_dim_k);
+    std::fill_n(acc16, a.head_dim_v, uint16_t{0});
+    float m = -INFINITY, s_sum = 0.0f;
+    const int64_t last = a.pos0 + t;  // causal: keys 0..last
+    for (int64_t j = 0; j <= last; ++j) {
+      const float s = k.dot_f16(a.head_dim_k, a.k + j * kv_k + int64_t(g) * a.head_dim_k, q16) * a.scale;
+      float ms = 1.0f, vs = 1.0f;
+      if (s > m) {
+        const float m_old = m;
+        m = s;
+        ms = std::exp(m_old - m);
+        k.scale_f16(a.head_dim_v, acc16, ms);
+      } else {
+        vs = std::exp(s - m);
+      }
+      k.mad_f16(a.head_dim_v, acc16, a.v + j * kv_v + int64_t(g) * a.head_dim_v, vs);
+      s_sum = s_sum * ms + vs;
+    }
+    float* out = a.out + (t * a.n_head + h) * a.head_dim_v;
+    const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
+    for (int i = 0; i < a.head_dim_v; ++i) out[i] = f16_to_f32(acc16[i]) * inv;
+  });
+}
+
+}  // namespace df::cpu

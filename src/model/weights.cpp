@@ -1,0 +1,102 @@
+#include "diskformer/model/weights.h"
+
+namespace df::model {
+
+namespace {
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+struct Binder {
+  const gguf::File& f;
+
+  // want: the expected ggml shape (shape[0] = row length).
+  Result<const gguf::TensorInfo*> need(const std::string& name, std::vector<uint64_t> want, bool matmul) {
+    const gguf::TensorInfo* t = f.tensor(name);
+    if (!t) return Error{f.path + ": tensor " + name + " is missing"};
+    return check(t, std::move(want), matmul);
+  }
+  Result<const gguf::TensorInfo*> check(const gguf::TensorInfo* t, std::vector<uint64_t> want, bool matmul) {
+    std::vector<uint64_t> got = t->shape;
+    while (got.size() > want.size() && got.back() == 1) got.pop_back();
+    if (got != want)
+      return Error{f.path + ": tensor " + t->name + " has shape " + shape_text(t->shape) + ", expected " +
+                   shape_text(want) + " (at offset " + std::to_string(t->info_offset) + ")"};
+    if (matmul ? !matmul_type_supported(t->type) : t->type != gguf::GgmlType::F32)
+      return Error{f.path + ": tensor " + t->name + " has unsupported type " +
+                   std::string(gguf::type_name(t->type)) +
+                   (matmul ? " (supported: f32, f16, bf16, q8_0, q4_0)" : " (norm weights must be f32)")};
+    return t;
+  }
+};
+
+}  // namespace
+
+bool matmul_type_supported(gguf::GgmlType t) {
+  using gguf::GgmlType;
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
+         t == GgmlType::Q4_0;
+}
+
+std::vector<const gguf::TensorInfo*> LayerTensors::dense() const {
+  std::vector<const gguf::TensorInfo*> out;
+  for (auto* t : {attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down, gate_inp})
+    if (t) out.push_back(t);
+  return out;
+}
+
+Result<ModelTensors> bind_tensors(const gguf::File& f, const ModelSpec& s) {
+  Binder b{f};
+  ModelTensors m;
+  const uint64_t E = s.n_embd, V = s.n_vocab;
+  DF_ASSIGN(m.token_embd, b.need("token_embd.weight", {E, V}, true));
+  DF_ASSIGN(m.output_norm, b.need("output_norm.weight", {E}, false));
+  if (f.tensor("output.weight")) {
+    DF_ASSIGN(m.output, b.need("output.weight", {E, V}, true));
+  } else {
+    m.output = m.token_embd;
+  }
+  for (uint32_t il = 0; il < s.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    LayerTensors l;
+    DF_ASSIGN(l.attn_norm, b.need(p + "attn_norm.weight", {E}, false));
+    DF_ASSIGN(l.wq, b.need(p + "attn_q.weight", {E, s.q_dim()}, true));
+    DF_ASSIGN(l.wk, b.need(p + "attn_k.weight", {E, s.kv_dim_k()}, true));
+    DF_ASSIGN(l.wv, b.need(p + "attn_v.weight", {E, s.kv_dim_v()}, true));
+    DF_ASSIGN(l.wo, b.need(p + "attn_output.weight", {uint64_t(s.n_head) * s.head_dim_v, E}, true));
+    if (s.qk_norm) {
+      DF_ASSIGN(l.q_norm, b.need(p + "attn_q_norm.weight", {s.head_dim_k}, false));
+      DF_ASSIGN(l.k_norm, b.need(p + "attn_k_norm.weight", {s.head_dim_k}, false));
+    }
+    DF_ASSIGN(l.ffn_norm, b.need(p + "ffn_norm.weight", {E}, false));
+    if (s.moe()) {
+      const uint64_t F = s.n_ff_expert, X = s.n_expert;
+      DF_ASSIGN(l.gate_inp, b.need(p + "ffn_gate_inp.weight", {E, X}, true));
+      DF_ASSIGN(l.gate_exps, b.need(p + "ffn_gate_exps.weight", {E, F, X}, true));
+      DF_ASSIGN(l.up_exps, b.need(p + "ffn_up_exps.weight", {E, F, X}, true));
+      DF_ASSIGN(l.down_exps, b.need(p + "ffn_down_exps.weight", {F, E, X}, true));
+    } else {
+      const uint64_t F = s.n_ff;
+      DF_ASSIGN(l.ffn_gate, b.need(p + "ffn_gate.weight", {E, F}, true));
+      DF_ASSIGN(l.ffn_up, b.need(p + "ffn_up.weight", {E, F}, true));
+      DF_ASSIGN(l.ffn_down, b.need(p + "ffn_down.weight", {F, E}, true));
+    }
+    m.layers.push_back(l);
+  }
+  return m;
+}
+
+Mat mat_of(const gguf::TensorInfo& t, const uint8_t* data) {
+  Mat m;
+  m.type = t.type;
+  m.data = data;
+  m.cols = static_cast<int64_t>(t.shape.empty() ? 0 : t.shape[0]);
+  m.rows = static_cast<int64_t>(t.rows());
+  m.row_bytes = t.row_bytes();
+  return m;
+}
+
+}  // namespace df::model
