@@ -1,0 +1,72 @@
+// diskformer tokenize -m MODEL [--no-bos] [--parse-special] [--pieces] (-p TEXT | -f FILE)
+// stdout: the ids as one JSON array on one line; with --pieces, [{"id": .., "piece": ..}, ...].
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "diskformer/gguf/reader.h"
+#include "diskformer/tokenizer/tokenizer.h"
+
+namespace df::cli {
+
+int cmd_tokenize(int argc, char** argv) {
+  Args args("tokenize", "-m MODEL [--no-bos] [--parse-special] [--pieces] (-p TEXT | -f FILE)");
+  args.option("-m,--model", "PATH", "GGUF file whose tokenizer.ggml.* vocabulary to use");
+  args.option("-p,--prompt", "TEXT", "text to tokenize");
+  args.option("-f,--file", "PATH", "read the text from a file (bytes as they are)");
+  args.flag("--no-bos", "do not add BOS even where the vocabulary adds it");
+  args.flag("--parse-special", "recognise control tokens (<|im_start|>, <s>, ...) written in the text");
+  args.flag("--pieces", "print each id with the text it decodes to (special tokens rendered)");
+  if (!args.parse(argc, argv)) return args.exit_code();
+  auto model = args.get("--model");
+  if (!model) return args.usage_error("missing -m MODEL");
+  auto prompt = args.get("--prompt");
+  auto file = args.get("--file");
+  if (prompt.has_value() == file.has_value()) return args.usage_error("give exactly one of -p TEXT or -f FILE");
+
+  std::string text;
+  if (prompt) {
+    text = *prompt;
+  } else {
+    std::ifstream in(*file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "diskformer tokenize: cannot read %s\n", file->c_str());
+      return 1;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+
+  auto gguf_file = gguf::read_file(*model);
+  if (!gguf_file.ok()) {
+    std::fprintf(stderr, "diskformer tokenize: %s\n", gguf_file.error().message.c_str());
+    return 1;
+  }
+  auto tok = tokenizer::Tokenizer::from_gguf(*gguf_file);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "diskformer tokenize: %s\n", tok.error().message.c_str());
+    return 1;
+  }
+  tokenizer::EncodeOptions opts{.parse_special = args.has("--parse-special")};
+  if (args.has("--no-bos")) opts.add_bos = false;
+  const std::vector<int32_t> ids = tok->encode(text, opts);
+
+  nlohmann::json out = nlohmann::json::array();
+  for (int32_t id : ids) {
+    if (args.has("--pieces"))
+      out.push_back({{"id", id}, {"piece", tok->token_to_piece(id, /*render_special=*/true)}});
+    else
+      out.push_back(id);
+  }
+  // A piece can be part of a UTF-8 character (byte tokens); JSON shows such bytes as U+FFFD.
+  std::string line = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+}  // namespace df::cli
