@@ -34,9 +34,9 @@ class UringReader final : public ReaderCore {
   }
 
   Status init() {
-    // A ring used by one thread: these flags save the kernel some work where it knows them (6.0+), and the plain
-    // setup serves older kernels.
-    int rc = io_uring_queue_init(options_.queue_depth, &ring_, IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN);
+    // COOP_TASKRUN (5.19+) spares the owner thread interrupts for completions it will poll for anyway; the plain
+    // setup serves older kernels. Not SINGLE_ISSUER: a reader may be made on one thread and handed to another.
+    int rc = io_uring_queue_init(options_.queue_depth, &ring_, IORING_SETUP_COOP_TASKRUN);
     if (rc == -EINVAL) rc = io_uring_queue_init(options_.queue_depth, &ring_, 0);
     if (rc < 0) return Error{std::string("io_uring setup failed: ") + std::strerror(-rc)};
     ready_ = true;
