@@ -264,7 +264,7 @@ Value Interp::call_macro(const Stmt& m, const std::shared_ptr<Scope>& closure, C
       }
     if (!found) kwargs.dict->set(Value::string(name), v);
   }
-  scope->set("varargs", Value::new_list(std::move(varargs)));
+  scope->set("varargs", Value::new_list(std::move(varargs), true));
   scope->set("kwargs", kwargs);
   if (caller) scope->set("caller", *caller);
   // Defaults are evaluated at call time, in the macro's scope (they may refer to earlier parameters).
@@ -381,7 +381,8 @@ Value Interp::eval(const Expr& e) {
 }
 
 Value Interp::eval_filter(const Expr& e, const Value* input) {
-  Value in = e.a ? eval(*e.a) : *input;
+  // In a filter block / block set the chain's innermost filter has no operand: it takes `input`.
+  Value in = !e.a ? *input : input && e.a->kind == Expr::Kind::Filter ? eval_filter(*e.a, input) : eval(*e.a);
   CallArgs args;
   for (const auto& a : e.items) args.args.push_back(eval(*a));
   for (const auto& [k, a] : e.kwargs) args.kwargs.emplace_back(k, eval(*a));
@@ -404,14 +405,14 @@ Value Interp::getattr(const Value& obj, const std::string& name) {
       return Value::undefined("'Namespace object' has no attribute '" + name + "'");
     case K::Dict: {
       Value m = bound_method(*this, obj, name);
-      if (!m.is_undefined()) return m;
+      if (!m.is_undefined() || !m.s.empty()) return m;  // a method, or the sandbox's refusal of one
       if (const Value* v = obj.dict->find(name)) return *v;
       break;
     }
     case K::String:
     case K::List: {
       Value m = bound_method(*this, obj, name);
-      if (!m.is_undefined()) return m;
+      if (!m.is_undefined() || !m.s.empty()) return m;
       break;
     }
     default: break;
@@ -576,7 +577,7 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
       items.insert(items.end(), b.list->items.begin(), b.list->items.end());
       return Value::new_list(std::move(items), a.list->tuple);
     }
-    if (a.is_string() || b.is_string()) fail("can only concatenate str (not \"" + (a.is_string() ? b : a).type_name() + "\") to str");
+    if (a.is_string()) fail("can only concatenate str (not \"" + b.type_name() + "\") to str");
     return type_error();
   }
   if (op == "-") {
