@@ -1,0 +1,221 @@
+// `diskformer ingest` as a process: killed at random points and resumed, it ends byte-identical to a clean ingest;
+// it refuses to resume into another source or layout; a full disk or a permission error ends with a message and no
+// complete store.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "diskformer/store/store.h"
+#include "store/store_test_util.h"
+
+namespace df::store {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_cli;
+
+void expect_same_file(const fs::path& a, const fs::path& b) {
+  ASSERT_TRUE(fs::exists(a)) << a;
+  ASSERT_TRUE(fs::exists(b)) << b;
+  std::string x = test::slurp(a), y = test::slurp(b);
+  ASSERT_EQ(x.size(), y.size()) << a << " vs " << b;
+  EXPECT_TRUE(x == y) << a << " and " << b << " differ";
+}
+
+void expect_same_store(const fs::path& a, const fs::path& b, bool same_source = true) {
+  expect_same_file(a / kDataFile, b / kDataFile);
+  expect_same_file(a / kHeaderFile, b / kHeaderFile);
+  if (same_source) {
+    expect_same_file(a / kManifestFile, b / kManifestFile);
+  } else {
+    auto x = nlohmann::json::parse(test::slurp(a / kManifestFile)), y = nlohmann::json::parse(test::slurp(b / kManifestFile));
+    EXPECT_EQ(x["records"], y["records"]);
+  }
+  EXPECT_FALSE(fs::exists(a / kProgressFile));
+}
+
+// Starts a slowed-down ingest and kills it with SIGKILL after `ms` (counted from its first checkpoint where
+// `after_checkpoint`); returns the exit code (137 when killed).
+int ingest_killed_after(const fs::path& model, const fs::path& dir, int ms, const fs::path& scratch,
+                        std::string* err = nullptr, bool after_checkpoint = false) {
+  std::string out = (scratch / "k.out").string(), errp = (scratch / "k.err").string();
+  pid_t pid = test::spawn_cli({"ingest", "-m", model.string(), "--store", dir.string(), "--limit-rate", "6M",
+                               "--checkpoint-every", "64K"},
+                              out, errp);
+  for (int i = 0; after_checkpoint && i < 500 && !fs::exists(dir / kProgressFile); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  ::kill(pid, SIGKILL);
+  int code = test::wait_child(pid);
+  if (err) *err = test::slurp(errp);
+  return code;
+}
+
+TEST(Ingest, KilledAtRandomPointsEndsByteIdenticalToACleanIngest) {
+  DF_REQUIRE_SHARED(model, "models/qwen3moe-q8_0.gguf");
+  fs::path tmp = test::temp_dir("kill");
+  auto clean = run_cli({"ingest", "-m", model.string(), "--store", (tmp / "clean").string(), "--quiet"}, tmp);
+  ASSERT_EQ(clean.code, 0) << clean.err;
+  EXPECT_TRUE(clean.err.empty()) << clean.err;
+
+  unsigned seed = static_cast<unsigned>(std::random_device{}());
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> delay(0, 400);
+  fs::path dir = tmp / "killed";
+  int kills = 0, resumes = 0;
+  for (int i = 0; i < 14; ++i) {
+    std::string err;
+    int code = ingest_killed_after(model, dir, delay(rng), tmp, &err);
+    if (err.find("resuming at") != std::string::npos) ++resumes;
+    if (code == 0) break;  // finished before the kill
+    ASSERT_EQ(code, 128 + SIGKILL) << err;
+    ++kills;
+  }
+  auto last = run_cli({"ingest", "-m", model.string(), "--store", dir.string(), "--json"}, tmp);
+  ASSERT_EQ(last.code, 0) << last.err;
+  EXPECT_GE(kills, 5);
+  EXPECT_GE(resumes, 2) << "the killed runs should have continued from checkpoints";
+  auto j = nlohmann::json::parse(last.out);
+  EXPECT_EQ(j["data_bytes"], fs::file_size(dir / kDataFile));
+  expect_same_store(dir, tmp / "clean");
+  EXPECT_TRUE(Store::open(dir.string(), {.source = model.string()}).ok());
+
+  // Run again: nothing to do.
+  auto again = run_cli({"ingest", "-m", model.string(), "--store", dir.string()}, tmp);
+  EXPECT_EQ(again.code, 0);
+  EXPECT_NE(again.err.find("up to date"), std::string::npos) << again.err;
+}
+
+TEST(Ingest, RefusesToResumeIntoAnotherSourceOrLayout) {
+  DF_REQUIRE_SHARED(a, "models/qwen3-q4_0.gguf");
+  DF_REQUIRE_SHARED(b, "models/mixtral-q4_0.gguf");
+  fs::path tmp = test::temp_dir("other");
+  fs::path dir = tmp / "store";
+  ASSERT_EQ(ingest_killed_after(a, dir, 100, tmp, nullptr, true), 128 + SIGKILL);
+  ASSERT_TRUE(fs::exists(dir / kProgressFile));
+
+  auto other = run_cli({"ingest", "-m", b.string(), "--store", dir.string()}, tmp);
+  EXPECT_EQ(other.code, 1);
+  EXPECT_NE(other.err.find("interrupted ingest of " + a.string()), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("--force"), std::string::npos) << other.err;
+
+  std::string saved = test::slurp(dir / kProgressFile);
+  auto j = nlohmann::json::parse(saved);
+  j["layout_version"] = 7;
+  std::ofstream(dir / kProgressFile) << j.dump();
+  auto layout = run_cli({"ingest", "-m", a.string(), "--store", dir.string()}, tmp);
+  EXPECT_EQ(layout.code, 1);
+  EXPECT_NE(layout.err.find("layout version 7"), std::string::npos) << layout.err;
+  EXPECT_FALSE(fs::exists(dir / kManifestFile));
+
+  auto forced = run_cli({"ingest", "-m", b.string(), "--store", dir.string(), "--force", "--quiet"}, tmp);
+  ASSERT_EQ(forced.code, 0) << forced.err;
+  auto s = Store::open(dir.string(), {.source = b.string()});
+  ASSERT_TRUE(s.ok()) << s.error().message;
+
+  // A complete store of b is not overwritten by a without --force.
+  auto over = run_cli({"ingest", "-m", a.string(), "--store", dir.string()}, tmp);
+  EXPECT_EQ(over.code, 1);
+  EXPECT_NE(over.err.find("holds a store of " + b.string()), std::string::npos) << over.err;
+}
+
+TEST(Ingest, SourceChangedBetweenRunsStartsOver) {
+  DF_REQUIRE_SHARED(a, "models/qwen3-q4_0.gguf");
+  DF_REQUIRE_SHARED(b, "models/mixtral-q4_0.gguf");
+  fs::path tmp = test::temp_dir("changed");
+  fs::path m = tmp / "m.gguf";
+  fs::copy_file(a, m);
+  fs::path dir = tmp / "store";
+  ASSERT_EQ(ingest_killed_after(m, dir, 100, tmp, nullptr, true), 128 + SIGKILL);
+  ASSERT_TRUE(fs::exists(dir / kProgressFile));
+  fs::copy_file(b, m, fs::copy_options::overwrite_existing);
+  auto r = run_cli({"ingest", "-m", m.string(), "--store", dir.string()}, tmp);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("changed since the interrupted ingest (size"), std::string::npos) << r.err;
+  auto clean = run_cli({"ingest", "-m", b.string(), "--store", (tmp / "clean").string(), "--quiet"}, tmp);
+  ASSERT_EQ(clean.code, 0) << clean.err;
+  expect_same_store(dir, tmp / "clean", false);
+
+  // A complete store whose source changed is rebuilt, not used.
+  fs::copy_file(a, m, fs::copy_options::overwrite_existing);
+  auto rebuilt = run_cli({"ingest", "-m", m.string(), "--store", dir.string()}, tmp);
+  ASSERT_EQ(rebuilt.code, 0) << rebuilt.err;
+  EXPECT_NE(rebuilt.err.find("changed since the store was made"), std::string::npos) << rebuilt.err;
+  EXPECT_TRUE(Store::open(dir.string(), {.source = m.string()}).ok());
+}
+
+TEST(Ingest, FullDiskEndsWithAMessageAndNoCompleteStore) {
+  DF_REQUIRE_SHARED(model, "models/qwen3moe-q8_0.gguf");
+  fs::path tmp = test::temp_dir("full");
+  // A file size limit: the kernel answers EFBIG where a full disk answers ENOSPC, through the same paths.
+  auto r = run_cli({"ingest", "-m", model.string(), "--store", (tmp / "store").string()}, tmp,
+                   {.max_file_bytes = 2 << 20});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("data.bin"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(tmp / "store" / kManifestFile));
+  EXPECT_FALSE(Store::open((tmp / "store").string()).ok());
+
+  // A real full filesystem where this process may mount one (root with CAP_SYS_ADMIN).
+  fs::path mnt = tmp / "tmpfs";
+  fs::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=3m") != 0) {
+    std::printf("[   NOTE   ] no tmpfs mount here (%s): ENOSPC checked through RLIMIT_FSIZE only\n",
+                std::strerror(errno));
+    return;
+  }
+  auto full = run_cli({"ingest", "-m", model.string(), "--store", (mnt / "store").string()}, tmp);
+  bool complete = fs::exists(mnt / "store" / kManifestFile);
+  ::umount2(mnt.c_str(), MNT_DETACH);
+  EXPECT_EQ(full.code, 1) << full.err;
+  EXPECT_NE(full.err.find("No space left on device"), std::string::npos) << full.err;
+  EXPECT_FALSE(complete);
+}
+
+TEST(Ingest, PermissionErrorEndsWithAMessage) {
+  DF_REQUIRE_SHARED(model, "models/qwen3-q4_0.gguf");
+  fs::path tmp = test::temp_dir("perm");
+  fs::path ro = tmp / "ro";
+  fs::create_directories(ro);
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                          fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  // Root ignores permission bits: play the unprivileged "nobody" for this run.
+  test::SpawnOptions o;
+  if (::geteuid() == 0) o.uid = 65534;
+  auto r = run_cli({"ingest", "-m", model.string(), "--store", (ro / "store").string()}, tmp, o);
+  fs::permissions(ro, fs::perms::owner_all);
+  ASSERT_NE(r.code, 126) << "could not switch to an unprivileged user";
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((ro / "store").string()), std::string::npos) << r.err;
+}
+
+TEST(Ingest, ProgressLinesWhenNotATerminalAndQuietSilences) {
+  DF_REQUIRE_SHARED(model, "models/qwen3-q4_0.gguf");
+  fs::path tmp = test::temp_dir("progress");
+  auto r = run_cli({"ingest", "-m", model.string(), "--store", (tmp / "a").string()}, tmp);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);
+  EXPECT_NE(r.err.find("100%"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("MB/s"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ETA"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  auto q = run_cli({"ingest", "-m", model.string(), "--store", (tmp / "b").string(), "--quiet"}, tmp);
+  ASSERT_EQ(q.code, 0) << q.err;
+  EXPECT_TRUE(q.err.empty()) << q.err;
+  auto usage = run_cli({"ingest", "--store", (tmp / "c").string()}, tmp);
+  EXPECT_EQ(usage.code, 2);
+  auto missing = run_cli({"ingest", "-m", (tmp / "nope.gguf").string(), "--store", (tmp / "d").string()}, tmp);
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find("nope.gguf"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace df::store
