@@ -10,5 +10,6 @@ int cmd_ingest(int argc, char** argv);
 int cmd_measure(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_render_template(int argc, char** argv);
+int cmd_run(int argc, char** argv);
 
 }  // namespace df::cli

@@ -12,8 +12,7 @@ namespace {
 constexpr uint64_t kPage = io::kDirectAlignment;
 constexpr uint64_t kReadPiece = 8u << 20;  // resident tensors are read in pieces of this size, many in flight
 
-// The next placement at or after `at` whose 4 KiB phase equals the file offset's.
-uint64_t place(uint64_t at, uint64_t file_offset) { return io::align_up(at, kPage) + file_offset % kPage; }
+uint64_t place(uint64_t at, const gguf::TensorInfo* t) { return place_piece(at, t->offset, t->n_bytes); }
 
 }  // namespace
 
@@ -50,7 +49,7 @@ Status DiskWeights::load_resident(const std::vector<const gguf::TensorInfo*>& li
   uint64_t at = 0;
   for (auto* t : list) {
     if (arena_offset_.count(t)) continue;
-    at = place(at, t->offset);
+    at = place(at, t);
     arena_offset_[t] = at;
     at += t->n_bytes;
   }
@@ -83,7 +82,7 @@ model::Mat DiskWeights::resident(const gguf::TensorInfo* t) const {
 Status DiskWeights::locate(cache::Key key, std::vector<cache::Extent>& out) const {
   uint64_t at = 0;
   auto add = [&](uint64_t offset, uint64_t length) {
-    at = place(at, offset);
+    at = place_piece(at, offset, length);
     out.push_back({.file = pool_file_, .offset = offset, .length = length, .slot_offset = at});
     at += length;
   };
@@ -120,7 +119,7 @@ model::LayerWeights DiskWeights::layer_views(const model::LayerTensors& l, const
   uint64_t at = 0;
   auto v = [&](const gguf::TensorInfo* t) {
     if (!t) return model::Mat{};
-    at = place(at, t->offset);
+    at = place(at, t);
     model::Mat m = model::mat_of(*t, slot + at);
     at += t->n_bytes;
     return m;
@@ -166,7 +165,7 @@ Result<std::vector<model::ExpertWeights>> DiskWeights::experts(uint32_t il, std:
     const gguf::TensorInfo* ts[3] = {l.gate_exps, l.up_exps, l.down_exps};
     for (int j = 0; j < 3; ++j) {
       const uint64_t per = ts[j]->n_bytes / spec_.n_expert;
-      at = place(at, ts[j]->offset + uint64_t(ids[i]) * per);
+      at = place_piece(at, ts[j]->offset + uint64_t(ids[i]) * per, per);
       model::Mat full = model::mat_of(*ts[j], slot + at);
       const int64_t rows = full.rows / spec_.n_expert;
       m[j] = full.slice(0, rows);

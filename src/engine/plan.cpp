@@ -18,31 +18,43 @@ const char* residency_name(Residency r) {
 
 namespace {
 
-// Per tensor placed in a slot or the arena: its start keeps the file offset's 4 KiB phase (direct reads), which
-// costs up to two 4 KiB pages of padding.
-constexpr uint64_t kPad = 8192;
-
-uint64_t bytes_of(const gguf::TensorInfo* t) { return t ? t->n_bytes + kPad : 0; }
-
 // Activations of a 512-token batch plus the logits, generously: exact sizes depend on the batch.
 uint64_t work_estimate(const model::ModelSpec& s) {
   const uint64_t batch = 512;
   const uint64_t widest = std::max<uint64_t>({s.n_embd, s.q_dim(), s.n_ff, uint64_t(s.n_ff_expert) * 2});
-  return batch * widest * 4 * 12 + uint64_t(s.n_vocab) * 4 * 2 + (16u << 20);
+  return batch * widest * 4 * 12 + uint64_t(s.n_vocab) * 4 * 2;
+}
+
+uint64_t layout_bytes(const std::vector<std::pair<uint64_t, uint64_t>>& pieces) {  // (file offset, length)
+  uint64_t at = 0;
+  for (auto [off, len] : pieces) at = place_piece(at, off, len) + len;
+  return at;
 }
 
 }  // namespace
 
+uint64_t place_piece(uint64_t at, uint64_t file_offset, uint64_t length) {
+  constexpr uint64_t kPage = 4096, kBig = 256 << 10, kPack = 64;
+  if (length >= kBig) return (at + kPage - 1) / kPage * kPage + file_offset % kPage;
+  return (at + kPack - 1) / kPack * kPack;
+}
+
 uint64_t expert_record_bytes(const model::LayerTensors& l) {
   if (!l.moe()) return 0;
   const uint64_t n = l.gate_exps->shape.back();
-  return (l.gate_exps->n_bytes + l.up_exps->n_bytes + l.down_exps->n_bytes) / n + 3 * kPad;
+  uint64_t most = 0;
+  for (uint64_t e = 0; e < n; ++e) {
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;
+    for (auto* t : {l.gate_exps, l.up_exps, l.down_exps}) pieces.push_back({t->offset + e * (t->n_bytes / n), t->n_bytes / n});
+    most = std::max(most, layout_bytes(pieces));
+  }
+  return most;
 }
 
 uint64_t layer_record_bytes(const model::LayerTensors& l) {
-  uint64_t b = 0;
-  for (auto* t : l.dense()) b += bytes_of(t);
-  return b;
+  std::vector<std::pair<uint64_t, uint64_t>> pieces;
+  for (auto* t : l.dense()) pieces.push_back({t->offset, t->n_bytes});
+  return layout_bytes(pieces);
 }
 
 std::string WeightPlan::describe() const {
@@ -58,13 +70,16 @@ Result<WeightPlan> plan_weights(const model::ModelSpec& spec, const model::Model
   p.model_bytes = file_tensor_bytes;
   p.kv_bytes = model::KvCache::bytes_for(spec, n_ctx);
   p.work_bytes = work_estimate(spec);
-  uint64_t head = bytes_of(t.token_embd) + bytes_of(t.output_norm) + (t.output != t.token_embd ? bytes_of(t.output) : 0);
+  std::vector<std::pair<uint64_t, uint64_t>> head_pieces = {{t.token_embd->offset, t.token_embd->n_bytes},
+                                                             {t.output_norm->offset, t.output_norm->n_bytes}};
+  if (t.output != t.token_embd) head_pieces.push_back({t.output->offset, t.output->n_bytes});
+  const uint64_t head = layout_bytes(head_pieces);
   uint64_t dense = 0, experts = 0, record = 0, layer_max = 0;
   for (const auto& l : t.layers) {
-    dense += layer_record_bytes(l);
+    dense += layer_record_bytes(l) + 4096;
     layer_max = std::max(layer_max, layer_record_bytes(l));
     if (l.moe()) {
-      experts += l.gate_exps->n_bytes + l.up_exps->n_bytes + l.down_exps->n_bytes;
+      experts += l.gate_exps->n_bytes + l.up_exps->n_bytes + l.down_exps->n_bytes + 3 * 4096;
       record = std::max(record, expert_record_bytes(l));
     }
   }
@@ -72,7 +87,6 @@ Result<WeightPlan> plan_weights(const model::ModelSpec& spec, const model::Model
     p.resident_bytes = head + dense + experts;
     return p;
   }
-  const uint64_t fixed_base = p.kv_bytes + p.work_bytes;
   if (spec.moe()) {
     p.mode = Residency::kStreamExperts;
     p.resident_bytes = head + dense;
@@ -84,12 +98,11 @@ Result<WeightPlan> plan_weights(const model::ModelSpec& spec, const model::Model
     p.record_bytes = layer_max;
     p.min_slots = 2;  // the layer computing and the next one being read
   }
-  const uint64_t fixed = p.resident_bytes + fixed_base;
+  const uint64_t fixed = p.resident_bytes;
   const uint64_t need = fixed + uint64_t(p.min_slots) * p.record_bytes;
   if (*budget < need)
     return Error{"RAM budget " + format_size(*budget) + " (" + std::to_string(*budget) +
-                 " bytes) is too small: resident weights " + format_size(p.resident_bytes) + " + KV cache " +
-                 format_size(p.kv_bytes) + " + work buffers " + format_size(p.work_bytes) + " + " +
+                 " bytes) is too small for this model: resident weights " + format_size(p.resident_bytes) + " + " +
                  std::to_string(p.min_slots) + " slots of " + format_size(p.record_bytes) + " = " +
                  format_size(need) + " (" + std::to_string(need) + " bytes) at least"};
   const uint64_t all_records =

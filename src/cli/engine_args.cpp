@@ -1,0 +1,109 @@
+#include "cli/engine_args.h"
+
+#include <cstdio>
+#include <random>
+
+#include "diskformer/util/size.h"
+
+namespace df::cli {
+
+void add_model_options(Args& args) {
+  args.option("-m,--model", "PATH", "GGUF model file");
+  args.option("-c,--ctx-size", "N", "context length (default: the model's, at most 4096)");
+  args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
+  args.option("--ram-budget", "SIZE", "RAM for weights, caches and the KV cache; streams from disk beyond it");
+  args.option("--backend", "NAME", "compute backend: cpu");
+}
+
+void add_sampling_options(Args& args) {
+  args.option("-n,--n-predict", "N", "tokens to generate (-1: until end of generation)");
+  args.option("--temp", "T", "temperature; 0 is greedy (default 0.8)");
+  args.option("--top-k", "K", "keep the K most likely tokens (default 40, 0 = all)");
+  args.option("--top-p", "P", "keep the smallest set with probability >= P (default 0.95, 1 = off)");
+  args.option("--min-p", "P", "drop tokens below P x the top probability (default 0.05, 0 = off)");
+  args.option("--repeat-penalty", "R", "penalize the last 64 tokens (default 1.0 = off)");
+  args.option("--seed", "S", "random seed (default: random)");
+  args.flag("--ignore-eos", "keep generating past end-of-generation tokens");
+}
+
+std::optional<engine::ModelOptions> model_options(Args& args) {
+  engine::ModelOptions o;
+  auto ctx = args.get_int("--ctx-size", 0);
+  auto threads = args.get_int("--threads", 0);
+  auto budget = args.get_size("--ram-budget");
+  if (!ctx || !threads || !budget) return std::nullopt;
+  if (*ctx < 0 || *ctx > (1 << 24)) {
+    args.usage_error("-c must be between 0 and 16777216, got " + std::to_string(*ctx));
+    return std::nullopt;
+  }
+  if (*threads < 0 || *threads > 1024) {
+    args.usage_error("-t must be between 1 and 1024, got " + std::to_string(*threads));
+    return std::nullopt;
+  }
+  const std::string backend = args.get_or("--backend", "cpu");
+  if (backend != "cpu") {
+    args.usage_error("--backend " + backend + " is not available in this command (supported: cpu)");
+    return std::nullopt;
+  }
+  o.n_ctx = uint32_t(*ctx);
+  o.threads = int(*threads);
+  o.ram_budget = *budget;
+  return o;
+}
+
+std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t default_n_predict) {
+  engine::GenerateOptions g;
+  auto n = args.get_int("--n-predict", default_n_predict);
+  auto temp = args.get_double("--temp", 0.8);
+  auto top_k = args.get_int("--top-k", 40);
+  auto top_p = args.get_double("--top-p", 0.95);
+  auto min_p = args.get_double("--min-p", 0.05);
+  auto rp = args.get_double("--repeat-penalty", 1.0);
+  auto seed = args.get_int("--seed", -1);
+  if (!n || !temp || !top_k || !top_p || !min_p || !rp || !seed) return std::nullopt;
+  if (*rp <= 0) {
+    args.usage_error("--repeat-penalty must be positive, got " + std::to_string(*rp));
+    return std::nullopt;
+  }
+  g.n_predict = int32_t(*n);
+  g.ignore_eos = args.has("--ignore-eos");
+  g.sampling.temp = float(*temp);
+  g.sampling.top_k = int32_t(*top_k);
+  g.sampling.top_p = float(*top_p);
+  g.sampling.min_p = float(*min_p);
+  g.sampling.repeat_penalty = float(*rp);
+  g.sampling.seed = *seed < 0 ? std::random_device{}() : uint64_t(*seed);
+  return g;
+}
+
+std::unique_ptr<engine::Model> open_model(const char* command, const std::string& path,
+                                          const engine::ModelOptions& options, bool quiet) {
+  auto m = engine::Model::open(path, options);
+  if (!m.ok()) {
+    std::fprintf(stderr, "diskformer %s: %s\n", command, m.error().message.c_str());
+    return nullptr;
+  }
+  if (!quiet) {
+    const auto& s = (*m)->spec();
+    std::fprintf(stderr, "diskformer %s: %s, %s, %u layers, d=%u, %u threads, kernels %s, context %u\n", command,
+                 path.c_str(), model::family_name(s.family), s.n_layer, s.n_embd, (*m)->threads(),
+                 (*m)->context().kernels->name, (*m)->n_ctx());
+    std::fprintf(stderr, "diskformer %s: %s\n", command, (*m)->weights().plan().describe().c_str());
+  }
+  return std::move(m).value();
+}
+
+std::string stats_line(engine::Model& model, const engine::GenerateStats& st) {
+  const auto d = model.weights().stats();
+  char buf[512];
+  std::string hit = d.cache.lookups() ? std::to_string(int(d.cache.hit_rate() * 1000) / 10.0).substr(0, 5) + "%"
+                                      : std::string("n/a (all resident)");
+  std::snprintf(buf, sizeof buf,
+                "prompt %lld tok (%.1f tok/s), decode %lld tok (%.1f tok/s), disk %s read, cache hit rate %s, "
+                "peak RSS %s",
+                (long long)st.prompt_tokens, st.prompt_tok_s(), (long long)st.gen_tokens, st.gen_tok_s(),
+                format_size(d.bytes_from_disk()).c_str(), hit.c_str(), format_size(engine::peak_rss_bytes()).c_str());
+  return buf;
+}
+
+}  // namespace df::cli

@@ -1,0 +1,57 @@
+#include "diskformer/engine/generate.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+
+namespace df::engine {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+Result<GenerateStats> generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& o,
+                               const GenerateHooks& hooks, std::vector<int32_t>& history) {
+  GenerateStats st;
+  if (prompt.empty()) return Error{"the prompt has no tokens"};
+  if (session.n_past() + prompt.size() > session.n_ctx())
+    return Error{"context overflow: the prompt has " + std::to_string(prompt.size()) + " tokens after " +
+                 std::to_string(session.n_past()) + " cached positions, the context size is " +
+                 std::to_string(session.n_ctx()) + " (-c)"};
+  auto t0 = std::chrono::steady_clock::now();
+  DF_TRY(session.eval(prompt));
+  st.prompt_tokens = int64_t(prompt.size());
+  st.prompt_seconds = seconds_since(t0);
+  history.insert(history.end(), prompt.begin(), prompt.end());
+
+  Sampler sampler(o.sampling);
+  t0 = std::chrono::steady_clock::now();
+  for (int32_t i = 0; o.n_predict < 0 || i < o.n_predict; ++i) {
+    const int32_t id = sampler.sample(session.logits(), history);
+    ++st.gen_tokens;
+    history.push_back(id);
+    if (!o.ignore_eos && hooks.is_eog && hooks.is_eog(id)) {
+      st.stopped_at_eog = true;
+      break;
+    }
+    if (hooks.on_token) hooks.on_token(id);
+    if (o.n_predict >= 0 && i + 1 == o.n_predict) break;
+    if (session.n_past() >= session.n_ctx()) {
+      st.context_full = true;
+      break;
+    }
+    DF_TRY(session.eval(std::span<const int32_t>(&id, 1)));
+  }
+  st.gen_seconds = seconds_since(t0);
+  return st;
+}
+
+uint64_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return uint64_t(ru.ru_maxrss) * 1024;
+}
+
+}  // namespace df::engine
