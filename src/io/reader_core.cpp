@@ -117,8 +117,8 @@ void ReaderCore::plan(Task* task) {
     fail_task(task, Error{"read into a null buffer: " + range_text(f, r.offset, r.length)});
     return;
   }
-  // ops_left is raised as ops are made and the task finishes when it drops to zero, so hold one extra count
-  // while planning: an op that fails to get its bounce buffer must not finish the task under our feet.
+  // ops_left is raised as ops are made and the task finishes when it drops to zero; the extra count held while
+  // planning also finishes a request of length zero, which has no ops.
   task->ops_left = 1;
   uint8_t* dst = static_cast<uint8_t*>(r.dst);
   const bool direct = f.info.direct;
@@ -173,6 +173,7 @@ Op* ReaderCore::new_op(Task* task, const OpenFile& f, bool direct, uint64_t offs
   op->buf = nullptr;
   op->copy_from = op->copy_len = 0;
   op->copy_to = nullptr;
+  op->bounce_bytes = 0;
   op->retries = 0;
   task->ops_left++;
   waiting_.push_back(op);
@@ -181,17 +182,10 @@ Op* ReaderCore::new_op(Task* task, const OpenFile& f, bool direct, uint64_t offs
 
 void ReaderCore::add_bounced(Task* task, const OpenFile& f, uint64_t span_offset, uint64_t span_length,
                              uint64_t copy_from, uint64_t copy_len, uint8_t* copy_to) {
-  auto bounce = take_bounce(span_length);
-  if (!bounce.ok()) {
-    if (task->status.ok())
-      task->status = Error{"read failed: " + range_text(f, task->request.offset, task->request.length) + ": " +
-                           bounce.error().message};
-    return;
-  }
-  // The span may run past the end of the file; only the bytes the copy needs must arrive.
+  // The span may run past the end of the file; only the bytes the copy needs must arrive. The bounce buffer is
+  // taken when the op starts, so a large request holds at most queue_depth of them at a time.
   Op* op = new_op(task, f, true, span_offset, span_length, copy_from + copy_len);
-  op->bounce = std::move(bounce).value();
-  op->buf = op->bounce.data();
+  op->bounce_bytes = span_length;
   op->copy_from = copy_from;
   op->copy_len = copy_len;
   op->copy_to = copy_to;
@@ -202,6 +196,18 @@ void ReaderCore::pump() {
   while (!waiting_.empty() && device_in_flight_ < options_.queue_depth) {
     Op* op = waiting_.front();
     waiting_.pop_front();
+    if (op->bounce_bytes > 0 && op->bounce.empty()) {
+      auto bounce = take_bounce(op->bounce_bytes);
+      if (!bounce.ok()) {
+        const OpenFile& f = files_[op->file];
+        fail_task(op->task, Error{"read failed: " + range_text(f, op->offset, op->length) + ": " +
+                                  bounce.error().message});
+        finish_op(op);
+        continue;
+      }
+      op->bounce = std::move(bounce).value();
+      op->buf = op->bounce.data();
+    }
     if (op->direct && !files_[op->file].info.direct) {  // planned before the file fell back to buffered reads
       op->direct = false;
       op->fd = files_[op->file].fd_buffered;
@@ -269,7 +275,7 @@ void ReaderCore::device_done(Op* op, int64_t res) {
 void ReaderCore::finish_op(Op* op) {
   Task* task = op->task;
   if (!op->bounce.empty()) {
-    if (task->status.ok()) {
+    if (task->status.ok()) {  // a failed task's bytes are not the caller's to see
       std::memcpy(op->copy_to, op->bounce.data() + op->copy_from, op->copy_len);
       stats_.bounced_bytes += op->copy_len;
     }

@@ -24,8 +24,9 @@ struct Op {
   uint64_t length = 0;    // asked from the kernel; may run past the end of the file (aligned span)
   uint64_t need = 0;      // bytes of [offset, ...) that must arrive; <= length
   uint64_t done = 0;      // bytes arrived so far
-  uint8_t* buf = nullptr; // caller memory or bounce.data()
-  AlignedBuffer bounce;   // when not empty: copy bounce[copy_from, +copy_len) to copy_to once done
+  uint8_t* buf = nullptr; // caller memory or bounce.data() (set when the op starts)
+  uint64_t bounce_bytes = 0;  // > 0: reads into a bounce buffer of this size, taken when the op starts
+  AlignedBuffer bounce;   // then copied: bounce[copy_from, +copy_len) to copy_to once done
   uint64_t copy_from = 0, copy_len = 0;
   uint8_t* copy_to = nullptr;
   unsigned retries = 0;
