@@ -73,7 +73,7 @@ DF_AVX2 float dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
     const int32_t isum = hsum_i32(dot_i8(unpack_q4_0(w[b].qs), q));
-    sum += float(isum) * (f16_to_f32(w[b].d) * f16_to_f32(a[b].d));
+    sum = std::fma(float(isum), f16_to_f32(w[b].d) * f16_to_f32(a[b].d), sum);
   }
   return sum;
 }
@@ -84,7 +84,7 @@ DF_AVX2 float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
     const int32_t isum = hsum_i32(dot_i8(x, q));
-    sum += float(isum) * (f16_to_f32(w[b].d) * f16_to_f32(a[b].d));
+    sum = std::fma(float(isum), f16_to_f32(w[b].d) * f16_to_f32(a[b].d), sum);
   }
   return sum;
 }

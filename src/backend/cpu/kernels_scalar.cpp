@@ -36,7 +36,7 @@ float dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
       isum += (int32_t(w[b].qs[i] & 0x0f) - 8) * a[b].qs[i];
       isum += (int32_t(w[b].qs[i] >> 4) - 8) * a[b].qs[i + 16];
     }
-    sum += float(isum) * (f16_to_f32(w[b].d) * f16_to_f32(a[b].d));
+    sum = std::fma(float(isum), f16_to_f32(w[b].d) * f16_to_f32(a[b].d), sum);
   }
   return sum;
 }
@@ -46,7 +46,7 @@ float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
   for (int64_t b = 0; b < n / kQK; ++b) {
     int32_t isum = 0;
     for (int i = 0; i < kQK; ++i) isum += int32_t(w[b].qs[i]) * a[b].qs[i];
-    sum += float(isum) * (f16_to_f32(w[b].d) * f16_to_f32(a[b].d));
+    sum = std::fma(float(isum), f16_to_f32(w[b].d) * f16_to_f32(a[b].d), sum);
   }
   return sum;
 }
