@@ -7,6 +7,7 @@
 #include <random>
 
 #include "diskformer/cache/row_cache.h"
+#include "io/io_support.h"
 #include "support/test_paths.h"
 
 namespace df::cache {
@@ -17,6 +18,7 @@ constexpr uint64_t kRows = 1000, kRowBytes = 100, kTableOffset = 777;
 class RowCacheTest : public ::testing::TestWithParam<io::Backend> {
  protected:
   void SetUp() override {
+    DF_REQUIRE_BACKEND(GetParam());
     bytes_.resize(kTableOffset + kRows * kRowBytes + 50);
     std::mt19937_64 rng(21);
     for (auto& b : bytes_) b = uint8_t(rng());

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "diskformer/cache/slot_pool.h"
+#include "io/io_support.h"
 #include "support/test_paths.h"
 
 namespace df::cache {
@@ -44,6 +45,7 @@ class GatedReader final : public io::Reader {
 class SlotPoolTest : public ::testing::TestWithParam<io::Backend> {
  protected:
   void SetUp() override {
+    DF_REQUIRE_BACKEND(GetParam());
     bytes_.resize(3u << 20);
     std::mt19937_64 rng(11);
     for (auto& b : bytes_) b = uint8_t(rng());

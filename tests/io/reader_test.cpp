@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "diskformer/io/reader.h"
+#include "io/io_support.h"
 #include "support/test_paths.h"
 
 namespace df::io {
@@ -57,8 +58,11 @@ constexpr size_t kFileBytes = (5u << 20) + 1234;
 class ReaderTest : public ::testing::TestWithParam<std::tuple<Backend, Direct>> {
  protected:
   void SetUp() override {
+    DF_REQUIRE_BACKEND(std::get<0>(GetParam()));
     bytes_ = pattern_bytes(kFileBytes, 42);
-    path_ = write_file(df::test::temp_dir("io"), "data.bin", bytes_).string();
+    auto dir = df::test::temp_dir("io");
+    direct_fs_ = test::direct_supported(dir);
+    path_ = write_file(dir, "data.bin", bytes_).string();
     reader_ = make(std::get<0>(GetParam()), std::get<1>(GetParam()));
     ASSERT_TRUE(reader_);
     ASSERT_EQ(reader_->backend(), std::get<0>(GetParam()));
@@ -71,11 +75,12 @@ class ReaderTest : public ::testing::TestWithParam<std::tuple<Backend, Direct>> 
   std::string path_;
   std::unique_ptr<Reader> reader_;
   FileId file_ = 0;
+  bool direct_fs_ = false;  // the temp directory's filesystem takes O_DIRECT
 };
 
 TEST_P(ReaderTest, OpensWithSizeAndDirectMode) {
   EXPECT_EQ(reader_->file(file_).size, kFileBytes);
-  EXPECT_EQ(reader_->file(file_).direct, std::get<1>(GetParam()) != Direct::kOff);
+  EXPECT_EQ(reader_->file(file_).direct, std::get<1>(GetParam()) != Direct::kOff && direct_fs_);
 }
 
 TEST_P(ReaderTest, RandomRangesMatchPread) {
@@ -270,6 +275,7 @@ TEST(ReaderDirect, RefusedDirectFallsBackToBuffered) {
   auto bytes = pattern_bytes(100000, 5);
   auto path = write_file(df::test::temp_dir("refuse"), "r.bin", bytes).string();
   for (Backend b : {Backend::kUring, Backend::kPread}) {
+    if (b == Backend::kUring && !test::uring_unavailable_reason().empty()) continue;
     auto r = Reader::create({.backend = b, .direct = Direct::kAuto, .open_file = refuse_direct});
     ASSERT_TRUE(r.ok());
     auto id = (*r)->open(path);
@@ -298,6 +304,7 @@ int unreadable_direct(const char* path, int flags) {
 TEST(ReaderDirect, DeviceErrorsNameFileOffsetAndLength) {
   auto path = write_file(df::test::temp_dir("ebadf"), "e.bin", pattern_bytes(50000, 6)).string();
   for (Backend b : {Backend::kUring, Backend::kPread}) {
+    if (b == Backend::kUring && !test::uring_unavailable_reason().empty()) continue;
     auto r = Reader::create({.backend = b, .direct = Direct::kAuto, .open_file = unreadable_direct});
     ASSERT_TRUE(r.ok());
     auto id = (*r)->open(path);
@@ -320,6 +327,7 @@ TEST(ReaderOpen, MissingFileNamesThePath) {
 }
 
 TEST(ReaderUring, RegisteredMemoryReadsTheSameBytes) {
+  DF_REQUIRE_BACKEND(Backend::kUring);
   auto bytes = pattern_bytes(1 << 20, 8);
   auto path = write_file(df::test::temp_dir("reg"), "g.bin", bytes).string();
   auto r = Reader::create({.backend = Backend::kUring, .direct = Direct::kAuto});
