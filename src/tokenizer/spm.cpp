@@ -1,4 +1,3 @@
-#include <map>
 #include <queue>
 #include <string>
 
@@ -69,10 +68,11 @@ class Session {
     int32_t id = v_.find(joined);
     if (id == kNoToken) return;
     queue_.push({left, right, v_.tokens[id].score, static_cast<uint32_t>(joined.size())});
-    rev_merge_[std::string(joined)] = {left, right};
   }
 
   // A merged piece is a token by construction; a single character may not be, and then it is spelled in bytes.
+  // (llama.cpp also keeps a map from merged text back to its two halves, but only consults it for a piece that
+  // is not a token, which a merged piece never is, so the map is left out.)
   void resegment(const Symbol& s, std::vector<int32_t>& out) {
     std::string_view text = text_of(s);
     int32_t id = v_.find(text);
@@ -80,24 +80,17 @@ class Session {
       out.push_back(id);
       return;
     }
-    auto it = rev_merge_.find(std::string(text));
-    if (it == rev_merge_.end()) {
-      for (char c : text) {
-        int32_t b = spm_byte_token(v_, static_cast<uint8_t>(c));
-        if (b == kNoToken) b = v_.unk;  // a vocabulary without byte tokens (llama.cpp would throw here)
-        if (b != kNoToken) out.push_back(b);
-      }
-      return;
+    for (char c : text) {
+      int32_t b = spm_byte_token(v_, static_cast<uint8_t>(c));
+      if (b == kNoToken) b = v_.unk;  // a vocabulary without byte tokens (llama.cpp would throw here)
+      if (b != kNoToken) out.push_back(b);
     }
-    resegment(symbols_[it->second.first], out);
-    resegment(symbols_[it->second.second], out);
   }
 
   const Vocab& v_;
   std::string_view text_;
   std::vector<Symbol> symbols_;
   std::priority_queue<Bigram, std::vector<Bigram>, Lower> queue_;
-  std::map<std::string, std::pair<int, int>> rev_merge_;
 };
 
 }  // namespace

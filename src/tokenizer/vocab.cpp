@@ -333,7 +333,15 @@ Status read_special_ids(const gguf::File& f, Vocab& v) {
 // order exactly as llama.cpp fills its own, so "the first match wins" picks the same token.
 void infer_special_tokens(Vocab& v) {
   auto force_control = [&](int32_t id) { v.tokens[id].attr |= kAttrControl; };
-  for (const auto& [text, id] : v.token_to_id) {
+  // Every text compared below starts with one of these bytes: one walk over the map collects those tokens, in
+  // the map's order, and the passes below walk only them.
+  std::vector<std::pair<const std::string*, int32_t>> candidates;
+  for (const auto& [text, id] : v.token_to_id)
+    if (!text.empty() && (text[0] == '<' || text[0] == '[' || text[0] == '_' || text[0] == '\xe2'))
+      candidates.push_back({&text, id});
+
+  for (const auto& [text_ptr, id] : candidates) {
+    const std::string& text = *text_ptr;
     if (v.eot == kNoToken &&
         in_list(text, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
                        "<EOT>", "_<EOT>", "[EOT]",
@@ -382,18 +390,16 @@ void infer_special_tokens(Vocab& v) {
   }
 
   // Control tokens named "unused" are unused.
-  for (const auto& [text, id] : v.token_to_id) {
-    uint32_t& attr = v.tokens[id].attr;
-    if ((attr & kAttrControl) && !(attr & kAttrUnused) && text.find("unused") != std::string::npos)
-      attr |= kAttrUnused;
-  }
+  for (TokenData& t : v.tokens)
+    if ((t.attr & kAttrControl) && !(t.attr & kAttrUnused) && t.text.find("unused") != std::string::npos)
+      t.attr |= kAttrUnused;
 
   v.eog.clear();
   for (int32_t id : {v.fim_pad, v.fim_rep, v.fim_sep})
     if (id != kNoToken) v.eog.insert(id);
-  for (const auto& [text, id] : v.token_to_id) {
+  for (const auto& [text, id] : candidates) {
     for (const char* e : kEogTexts) {
-      if (text == e) {
+      if (*text == e) {
         v.eog.insert(id);
         force_control(id);
         break;
@@ -401,8 +407,8 @@ void infer_special_tokens(Vocab& v) {
     }
   }
   // gpt-oss: these always render.
-  for (const auto& [text, id] : v.token_to_id)
-    if (in_list(text, {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})) v.tokens[id].attr = kAttrUserDefined;
+  for (const auto& [text, id] : candidates)
+    if (in_list(*text, {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})) v.tokens[id].attr = kAttrUserDefined;
   for (int32_t id : {v.eos, v.eot, v.eom})
     if (id != kNoToken) v.eog.insert(id);
 
