@@ -17,6 +17,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "diskformer/cache/slot_pool.h"
 #include "diskformer/io/reader.h"
 #include "diskformer/util/size.h"
 
@@ -31,13 +32,14 @@ constexpr uint64_t kDefaultSeqBlock = 8ull << 20;
 constexpr unsigned kSeqQueueDepth = 4;
 constexpr double kBar = 0.9;  // issue 6: random record reads >= 90% of sequential O_DIRECT bandwidth
 
-enum class Pattern { kSequential, kRandom, kRandomUnaligned };
+enum class Pattern { kSequential, kRandom, kRandomUnaligned, kSlotPool };
 
 const char* pattern_name(Pattern p) {
   switch (p) {
     case Pattern::kSequential: return "sequential";
     case Pattern::kRandom: return "random";
     case Pattern::kRandomUnaligned: return "random_unaligned";
+    case Pattern::kSlotPool: return "slot_pool";
   }
   return "?";
 }
@@ -157,6 +159,50 @@ Result<Sample> run_one(const Config& c, const std::string& path, double seconds,
   s.p99_ns = reader->stats().latency.percentile_ns(0.99);
   s.max_ns = reader->stats().latency.max_ns();
   s.direct_in_effect = reader->file(file).direct;
+  return s;
+}
+
+// The same random records through a HostSlotPool used the way an engine uses it: prefetch the next qd records (the
+// guesses), then get() the current one. Measures what the cache machinery keeps of the disk's random-read rate.
+Result<Sample> run_pool(const Config& c, const std::string& path, double seconds, uint64_t seed) {
+  DF_ASSIGN(auto reader, io::Reader::create({.backend = c.backend, .direct = io::Direct::kAuto, .queue_depth = c.qd}));
+  DF_ASSIGN(io::FileId file, reader->open(path));
+  const uint64_t size = reader->file(file).size;
+  const uint64_t record_stride = io::align_up(c.bytes, io::kDirectAlignment);
+  std::vector<uint32_t> order(std::max<uint64_t>(1, (size - c.bytes) / record_stride + 1));
+  for (uint32_t i = 0; i < order.size(); i++) order[i] = i;
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  const uint64_t bytes = c.bytes;
+  cache::Locator locate = [file, record_stride, bytes](cache::Key k, std::vector<cache::Extent>& out) {
+    out.push_back({.file = file, .offset = k * record_stride, .length = bytes});
+    return Status::Ok();
+  };
+  DF_ASSIGN(auto pool, cache::HostSlotPool::create(std::move(reader), locate,
+                                                   {.slots = 2 * c.qd + 1, .slot_bytes = c.bytes, .max_prefetch = c.qd}));
+  auto key_at = [&](uint64_t i) { return cache::Key(order[i % order.size()]); };
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  auto deadline = t0 + std::chrono::duration<double>(seconds);
+  std::vector<cache::Key> window(c.qd);
+  uint64_t used = 0;
+  while (clock::now() < deadline) {
+    for (unsigned j = 0; j < c.qd; j++) window[j] = key_at(used + 1 + j);
+    pool->prefetch(window);
+    DF_ASSIGN(auto handle, pool->get(key_at(used)));
+    used++;
+  }
+  double elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+  Sample s;
+  s.mb_per_s = double(used * c.bytes) / elapsed / 1e6;
+  s.reads_per_s = double(used) / elapsed;
+  s.file_fraction = double(used * c.bytes) / double(size);
+  const io::IoStats& st = pool->reader().stats();
+  s.p50_ns = st.latency.percentile_ns(0.5);
+  s.p99_ns = st.latency.percentile_ns(0.99);
+  s.max_ns = st.latency.max_ns();
+  s.direct_in_effect = pool->reader().file(file).direct;
+  pool->wait_prefetches();
   return s;
 }
 
@@ -360,6 +406,7 @@ int cmd_measure(int argc, char** argv) {
       if (buffered) add(Pattern::kRandom, b, false, qd, record_bytes);
     }
   for (io::Backend b : backends) add(Pattern::kRandomUnaligned, b, true, qds.back(), record_bytes);
+  for (io::Backend b : backends) add(Pattern::kSlotPool, b, true, qds.back(), record_bytes);
 
   uint64_t stride = io::align_up(record_bytes, io::kDirectAlignment) + io::kDirectAlignment;
   uint64_t buffer_bytes = std::max(stride * qds.back(), (io::align_up(block, io::kDirectAlignment) + io::kDirectAlignment) * kSeqQueueDepth);
@@ -373,8 +420,9 @@ int cmd_measure(int argc, char** argv) {
   for (int rep = 0; rep < *repeats; rep++) {
     for (size_t i = 0; i < all.size(); i++) {
       Series& s = all[i];
-      // Sequential reads use the series' block as their stride in the buffer.
-      auto sample = run_one(s.config, *path, *seconds, uint64_t(rep) * 1000 + i, *buffer);
+      uint64_t seed = uint64_t(rep) * 1000 + i;
+      auto sample = s.config.pattern == Pattern::kSlotPool ? run_pool(s.config, *path, *seconds, seed)
+                                                           : run_one(s.config, *path, *seconds, seed, *buffer);
       if (!sample.ok()) {
         std::fprintf(stderr, "diskformer measure: %s %s: %s\n", pattern_name(s.config.pattern),
                      io::backend_name(s.config.backend), sample.error().message.c_str());

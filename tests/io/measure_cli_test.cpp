@@ -50,9 +50,9 @@ TEST(MeasureCli, JsonDescribesEveryRun) {
   EXPECT_TRUE(j["pinned_h2d_GBps"].is_null());
   bool uring = j["io_uring_available"].get<bool>();
   EXPECT_EQ(uring, df::io::test::uring_unavailable_reason().empty());
-  // Per backend: sequential direct and buffered, random direct and buffered at qd 4, random unaligned.
+  // Per backend: sequential direct and buffered, random direct and buffered at qd 4, random unaligned, slot pool.
   size_t backends = uring ? 2 : 1;
-  ASSERT_EQ(j["runs"].size(), 5 * backends);
+  ASSERT_EQ(j["runs"].size(), 6 * backends);
   int direct_runs = 0, buffered_runs = 0;
   for (const auto& run : j["runs"]) {
     EXPECT_GT(run["MBps"]["median"].get<double>(), 0.0) << run.dump();
@@ -67,7 +67,7 @@ TEST(MeasureCli, JsonDescribesEveryRun) {
       EXPECT_FALSE(run["direct"].get<bool>());
     }
   }
-  EXPECT_EQ(direct_runs, int(3 * backends));
+  EXPECT_EQ(direct_runs, int(4 * backends));
   EXPECT_EQ(buffered_runs, int(2 * backends));
   const auto& bar = j["bar"];
   EXPECT_DOUBLE_EQ(bar["target_ratio"].get<double>(), 0.9);
