@@ -1,7 +1,7 @@
 // The regex lists are llama.cpp's (llm_tokenizer_bpe's constructor), pattern for pattern, so that splits match
 // its own.  llama.cpp runs most of them through std::regex on a "collapsed" text in which every non-ASCII
 // code point stands for its general category; two of them through hand-written matchers.  PCRE2 with UCP on the
-// real text gives the same splits, given three adjustments made when compiling (see adapt()).
+// real text gives the same splits, given the adjustments made when compiling (see adapt()).
 #include "tokenizer/pretokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -160,11 +160,15 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
 
 // What llama.cpp's std::regex evaluation means, spelled for PCRE2:
 //  - letter subcategories collapse to \p{L} (its collapsed text has one code for every letter);
+//  - \p{S} leaves out '~' (its ASCII stand-in for symbols lists $+<=>^`| only);
 //  - \d is ASCII only (std::regex's "C" locale classes);
 //  - gpt-2's pattern gets llama.cpp's implicit final "\s+" (its hand-written matcher takes lone whitespace).
 // PCRE2_DOLLAR_ENDONLY keeps '$' from matching before a final newline, as in ECMAScript.
 std::string adapt(std::string p) {
   for (const char* sub : {"\\p{Lu}", "\\p{Ll}", "\\p{Lt}", "\\p{Lm}", "\\p{Lo}"}) replace_all(p, sub, "\\p{L}");
+  replace_all(p, "[^\r\n\\p{L}\\p{P}\\p{S}]", "(?:~|[^\r\n\\p{L}\\p{P}\\p{S}])");
+  replace_all(p, "[^\\r\\n\\p{L}\\p{P}\\p{S}]", "(?:~|[^\\r\\n\\p{L}\\p{P}\\p{S}])");
+  replace_all(p, "[\\p{P}\\p{S}]", "(?:(?!~)[\\p{P}\\p{S}])");
   replace_all(p, "\\d", "[0-9]");
   if (p == kGpt2) p += "|\\s+";
   return p;

@@ -296,10 +296,10 @@ size_t Tokenizer::n_vocab() const { return impl_->vocab.n_vocab(); }
 int32_t Tokenizer::find(std::string_view token_text) const { return impl_->vocab.find(token_text); }
 const Vocab& Tokenizer::vocab() const { return impl_->vocab; }
 
-StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, StreamOptions opts) : tok_(&tokenizer), opts_(opts) {}
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, StreamOptions opts) : tok_(tokenizer), opts_(opts) {}
 
 std::string StreamDecoder::push(int32_t id) {
-  pending_ += tok_->token_to_piece(id, opts_.render_special, opts_.strip_leading_space && first_ ? 1 : 0);
+  pending_ += tok_.token_to_piece(id, opts_.render_special, opts_.strip_leading_space && first_ ? 1 : 0);
   first_ = false;
   const size_t n = utf8::complete_prefix(pending_);
   std::string out = pending_.substr(0, n);

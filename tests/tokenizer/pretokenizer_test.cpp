@@ -58,6 +58,13 @@ TEST(PreTokenizer, DeepseekLlmLetterClass) {
             (Words{"\xc3\xa9", "[", "\xce\xa9\xce\xac", "  ", "\n"}));
 }
 
+TEST(PreTokenizer, TildeIsNoSymbolForLlamaCpp) {
+  // llama.cpp's collapsed \p{S} leaves out ASCII '~': it can lead a word and is no punctuation/symbol run.
+  EXPECT_EQ(split(PreType::Deepseek3Llm, "~\xc3\xa9"), (Words{"~\xc3\xa9"}));
+  EXPECT_EQ(split(PreType::Deepseek3Llm, "~~!"), (Words{"~~", "!"}));
+  EXPECT_EQ(split(PreType::Deepseek3Llm, "$$!"), (Words{"$$!"}));
+}
+
 TEST(PreTokenizer, InvalidUtf8BecomesReplacementCharacter) {
   EXPECT_EQ(split(PreType::Gpt2, "a\xff"), (Words{"a", "\xef\xbf\xbd"}));
 }

@@ -104,7 +104,7 @@ class StreamDecoder {
   size_t pending_bytes() const { return pending_.size(); }
 
  private:
-  const Tokenizer* tok_;
+  Tokenizer tok_;  // shares the tokenizer's immutable state, so the decoder may outlive the object it came from
   StreamOptions opts_;
   bool first_ = true;
   std::string pending_;
