@@ -231,7 +231,7 @@ Status HttpSource::read(uint64_t offset, void* dst, size_t n) {
     if (a.status == 206 || a.status == 200) {
       // What a 206 or 200 says about the file must match what open() saw.
       if (!a.etag.empty() && !fp_.etag.empty() && a.etag != fp_.etag)
-        return changed_error("ETag \"" + fp_.etag + "\" -> \"" + a.etag + "\"");
+        return changed_error("ETag " + fp_.etag + " -> " + a.etag);
       if (a.range.valid && a.range.total != UINT64_MAX && a.range.total != fp_.size)
         return changed_error("size " + std::to_string(fp_.size) + " -> " + std::to_string(a.range.total));
     }

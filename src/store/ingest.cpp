@@ -174,7 +174,12 @@ Status run_once(const IngestOptions& o, RunState& rs) {
                     progress_path = (dir / kProgressFile).string(), header_path = (dir / kHeaderFile).string();
 
   DF_ASSIGN(auto src, open_source(o.source, o.http));
-  DF_ASSIGN(Plan plan, make_plan(*src, data_path));
+  auto planned = make_plan(*src, data_path);
+  if (!planned.ok()) {
+    rs.source_changed = src->changed();
+    return planned.take_error();
+  }
+  Plan plan = std::move(planned).value();
 
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -200,6 +205,8 @@ Status run_once(const IngestOptions& o, RunState& rs) {
         // Complete and current only if Store::open agrees (a truncated data.bin or an edited manifest is not).
         auto opened = Store::open(o.dir);
         if (opened.ok()) {
+          // Killed between writing the manifest and removing the checkpoint: the store is complete.
+          DF_TRY(detail::remove_durably(progress_path));
           note(o.dir + " is complete and up to date with " + plan.fp.location);
           res.up_to_date = true;
           res.data_bytes = plan.repacked.file_bytes();

@@ -1,0 +1,205 @@
+// A real nginx on loopback for the URL-source tests (started with a generated config on a free port, serving a
+// temporary root), and a proxy that cuts every connection after a number of response bytes.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace df::test {
+
+inline int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+inline bool port_answers(int port) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(s);
+  return ok;
+}
+
+inline std::optional<std::string> find_nginx() {
+  for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"})
+    if (::access(p, X_OK) == 0) return std::string(p);
+  return std::nullopt;
+}
+
+// nginx serving `prefix/root` on a free loopback port. /slow/... is rate-limited (to kill it mid-transfer);
+// /bad400/... answers 400 to every Range request except the one-byte probe `bytes=0-0`; /noetag/... sends no
+// ETag (If-Range then uses Last-Modified).
+class Nginx {
+ public:
+  Nginx(std::string binary, std::filesystem::path prefix) : binary_(std::move(binary)), prefix_(std::move(prefix)) {
+    std::filesystem::create_directories(prefix_ / "root" / "slow");
+    std::filesystem::create_directories(prefix_ / "root" / "bad400");
+    std::filesystem::create_directories(prefix_ / "root" / "noetag");
+    port_ = free_port();
+  }
+  ~Nginx() { stop(SIGKILL); }
+
+  std::filesystem::path root() const { return prefix_ / "root"; }
+  int port() const { return port_; }
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + "/" + path; }
+
+  // Returns "" once it answers, or why it did not start.
+  std::string start() {
+    std::string p = prefix_.string();
+    std::ofstream(prefix_ / "nginx.conf") << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << p
+        << "/nginx.pid;\nerror_log " << p << "/error.log warn;\nevents { worker_connections 64; }\nhttp {\n"
+        << "  access_log off;\n  client_body_temp_path " << p << "/t_body;\n  proxy_temp_path " << p << "/t_proxy;\n"
+        << "  fastcgi_temp_path " << p << "/t_fcgi;\n  uwsgi_temp_path " << p << "/t_uwsgi;\n  scgi_temp_path " << p
+        << "/t_scgi;\n  map $http_range $not_probe { \"bytes=0-0\" 0; default 1; }\n  server {\n    listen 127.0.0.1:"
+        << port_ << ";\n    root " << p << "/root;\n    location /slow/ { limit_rate 2m; }\n"
+        << "    location /bad400/ { if ($not_probe) { return 400; } }\n    location /noetag/ { etag off; }\n  }\n}\n";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::string log = p + "/stderr.log";
+      FILE* f = std::freopen(log.c_str(), "w", stderr);
+      (void)f;
+      ::execl(binary_.c_str(), binary_.c_str(), "-p", p.c_str(), "-c", (p + "/nginx.conf").c_str(), "-e",
+              (p + "/error.log").c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 300; ++i) {
+      if (port_answers(port_)) return "";
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        std::ifstream in(prefix_ / "stderr.log");
+        std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        return "nginx exited: " + all;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return "nginx did not answer on port " + std::to_string(port_) + " within 3 s";
+  }
+
+  void stop(int sig = SIGTERM) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  std::string binary_;
+  std::filesystem::path prefix_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// Forwards loopback connections to `upstream_port` and closes each one after `cut_after` bytes have gone from
+// the server to the client: a connection dropped mid-transfer, every time.
+class CuttingProxy {
+ public:
+  CuttingProxy(int upstream_port, uint64_t cut_after) : upstream_(upstream_port), cut_after_(cut_after) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(listen_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(listen_, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~CuttingProxy() {
+    stop_ = true;
+    acceptor_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : conns_) t.join();
+    ::close(listen_);
+  }
+  int port() const { return port_; }
+  int cuts() const { return cuts_; }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      int c = ::accept(listen_, nullptr, nullptr);
+      if (c < 0) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      conns_.emplace_back([this, c] { forward(c); });
+    }
+  }
+  void forward(int client) {
+    int server = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(upstream_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(server);
+      ::close(client);
+      return;
+    }
+    uint64_t to_client = 0;
+    char buf[16384];
+    while (!stop_) {
+      pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      if (::poll(p, 2, 20) <= 0) continue;
+      if (p[0].revents) {
+        ssize_t n = ::recv(client, buf, sizeof buf, 0);
+        if (n <= 0 || ::send(server, buf, static_cast<size_t>(n), MSG_NOSIGNAL) != n) break;
+      }
+      if (p[1].revents) {
+        ssize_t n = ::recv(server, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        size_t pass = static_cast<size_t>(std::min<uint64_t>(static_cast<uint64_t>(n), cut_after_ - to_client));
+        if (pass > 0 && ::send(client, buf, pass, MSG_NOSIGNAL) != static_cast<ssize_t>(pass)) break;
+        to_client += pass;
+        if (to_client >= cut_after_) {
+          ++cuts_;
+          break;
+        }
+      }
+    }
+    ::close(server);
+    ::close(client);
+  }
+
+  int upstream_;
+  uint64_t cut_after_;
+  int listen_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> cuts_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> conns_;
+};
+
+}  // namespace df::test
