@@ -1,0 +1,216 @@
+// diskformer bench -m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [--ram-budget SIZE] [--json]: prefill and decode
+// throughput, where the bytes came from, and the weight bytes per second against the memory bandwidth measured in
+// the same run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/engine_args.h"
+#include "diskformer/backend/cpu/membw.h"
+#include "diskformer/util/size.h"
+
+namespace df::cli {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::optional<std::vector<int64_t>> int_list(Args& args, const std::string& name, int64_t fallback) {
+  const std::string text = args.get_or(name, std::to_string(fallback));
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0) {
+      args.usage_error(name + " takes non-negative integers separated by commas, got '" + text + "'");
+      return std::nullopt;
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+struct Summary {
+  double median = 0, min = 0, max = 0;
+};
+Summary summarize(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
+}
+json summary_json(const Summary& s, bool present) {
+  if (!present) return nullptr;
+  return json{{"median", s.median}, {"min", s.min}, {"max", s.max}};
+}
+
+struct RepResult {
+  double prefill_s = 0, decode_s = 0;
+  uint64_t decode_weight_bytes = 0;
+};
+
+Result<RepResult> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rng) {
+  engine::Session s(model);
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(model.spec().n_vocab) - 1);
+  std::vector<int32_t> prompt(size_t(std::max<int64_t>(p, 1)));
+  for (auto& t : prompt) t = tok(rng);
+  RepResult r;
+  auto t0 = Clock::now();
+  DF_TRY(s.eval(prompt));
+  r.prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const uint64_t w0 = model.context().weight_bytes_read;
+  t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = tok(rng);
+    DF_TRY(s.eval(std::span<const int32_t>(&id, 1)));
+  }
+  r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.decode_weight_bytes = model.context().weight_bytes_read - w0;
+  return r;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  Args args("bench", "-m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [--ram-budget SIZE] [--json]");
+  add_model_options(args);
+  args.option("-p,--n-prompt", "N[,N...]", "prompt tokens per prefill (default 512)");
+  args.option("-n,--n-gen", "N[,N...]", "tokens decoded one at a time (default 64)");
+  args.option("-r,--repetitions", "REPS", "timed repetitions per configuration (default 3)");
+  args.flag("--json", "one JSON object per configuration on stdout (CLI.md's bench --json)");
+  args.flag("--quiet", "no logs");
+  if (!args.parse(argc, argv)) return args.exit_code();
+  auto path = args.get("--model");
+  if (!path) return args.usage_error("-m MODEL is required");
+  auto ps = int_list(args, "--n-prompt", 512);
+  auto ns = int_list(args, "--n-gen", 64);
+  auto reps = args.get_int("--repetitions", 3);
+  if (!ps || !ns || !reps) return args.exit_code();
+  if (*reps < 1) return args.usage_error("-r must be at least 1");
+  auto mo = model_options(args);
+  if (!mo) return args.exit_code();
+  const bool quiet = args.has("--quiet"), as_json = args.has("--json");
+  if (mo->n_ctx == 0) {
+    int64_t need = 0;
+    for (int64_t p : *ps)
+      for (int64_t n : *ns) need = std::max(need, p + n);
+    mo->n_ctx = uint32_t(std::max<int64_t>(need, 16));
+  }
+
+  auto model = open_model("bench", *path, *mo, quiet);
+  if (!model) return 1;
+  uint64_t model_bytes = 0;
+  for (const auto& t : model->file().tensors) model_bytes += t.n_bytes;
+  std::mt19937 rng(1234);
+
+  // A short warm-up so that first-touch costs (and, with a budget, a cold cache) do not land in the first rep.
+  {
+    auto warm = one_rep(*model, std::min<int64_t>(8, ps->front()), 2, rng);
+    if (!warm.ok()) {
+      std::fprintf(stderr, "diskformer bench: %s\n", warm.error().message.c_str());
+      return 1;
+    }
+  }
+  struct Row {
+    json j;
+    Summary sp, sd, sw;
+    bool streams;
+    uint64_t disk_bytes;
+    double timed_s, hit_rate;
+  };
+  std::vector<Row> rows;
+  for (int64_t p : *ps)
+    for (int64_t n : *ns) {
+      if (uint64_t(p + n) > model->n_ctx()) {
+        std::fprintf(stderr, "diskformer bench: -p %lld + -n %lld exceeds the context %u (-c)\n", (long long)p,
+                     (long long)n, model->n_ctx());
+        return 1;
+      }
+      model->weights().reset_stream_stats();
+      const auto disk0 = model->weights().stats();
+      std::vector<double> pre, dec, wgbs;
+      double timed_s = 0;
+      for (int64_t r = 0; r < *reps; ++r) {
+        auto rep = one_rep(*model, p, n, rng);
+        if (!rep.ok()) {
+          std::fprintf(stderr, "diskformer bench: %s\n", rep.error().message.c_str());
+          return 1;
+        }
+        if (p > 0) pre.push_back(double(p) / rep->prefill_s);
+        if (n > 0) {
+          dec.push_back(double(n) / rep->decode_s);
+          wgbs.push_back(double(rep->decode_weight_bytes) / rep->decode_s / 1e9);
+        }
+        timed_s += rep->prefill_s + rep->decode_s;
+      }
+      const auto st = model->weights().stats();
+      const bool streams = model->weights().plan().mode != engine::Residency::kAllResident;
+      const uint64_t disk_bytes = st.streamed_bytes_read - disk0.streamed_bytes_read;
+      const Summary sp = summarize(pre), sd = summarize(dec), sw = summarize(wgbs);
+      json j = {{"model", std::filesystem::path(*path).filename().string()},
+                {"model_bytes", model_bytes},
+                {"backend", "cpu"},
+                {"gpu_budget", nullptr},
+                {"ram_budget", mo->ram_budget ? json(*mo->ram_budget) : json(nullptr)},
+                {"threads", model->threads()},
+                {"prompt_tokens", p},
+                {"gen_tokens", n},
+                {"reps", *reps},
+                {"prefill_tok_s", summary_json(sp, p > 0)},
+                {"decode_tok_s", summary_json(sd, n > 0)},
+                {"gpu_mem_peak_bytes", nullptr},
+                {"rss_peak_bytes", engine::peak_rss_bytes()},
+                {"expert_hit_rate", streams && st.cache.lookups() ? json(st.cache.hit_rate()) : json(nullptr)},
+                {"bytes_from_ram", model->context().weight_bytes_read},
+                {"bytes_from_disk", disk_bytes},
+                {"h2d_GBps", nullptr},
+                {"disk_GBps", streams ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
+                {"residency", engine::residency_name(model->weights().plan().mode)},
+                {"kernels", model->context().kernels->name}};
+      rows.push_back({j, sp, sd, sw, streams, disk_bytes, timed_s, st.cache.hit_rate()});
+    }
+
+  // Measured after the runs, so that its buffer does not count in their peak RSS.
+  const auto bw = cpu::measure_read_bandwidth(*model->context().pool, 256ull << 20);
+  if (!quiet)
+    std::fprintf(stderr, "diskformer bench: memory read bandwidth %.1f GB/s (%d threads)\n", bw.read_GBps,
+                 model->threads());
+  for (auto& row : rows) {
+    json& j = row.j;
+    const int64_t p = j["prompt_tokens"], n = j["gen_tokens"];
+    j["mem_read_GBps"] = bw.read_GBps;
+    j["decode_weight_GBps"] = n > 0 ? json(row.sw.median) : json(nullptr);
+    j["decode_weight_fraction_of_mem_bw"] = n > 0 ? json(row.sw.median / bw.read_GBps) : json(nullptr);
+    if (as_json) {
+      std::printf("%s\n", j.dump().c_str());
+      continue;
+    }
+    std::printf("%s  p=%lld n=%lld reps=%lld threads=%d %s, kernels %s\n", j["model"].get<std::string>().c_str(),
+                (long long)p, (long long)n, (long long)*reps, model->threads(), j["residency"].get<std::string>().c_str(),
+                j["kernels"].get<std::string>().c_str());
+    if (p > 0) std::printf("  prefill  %9.2f tok/s (min %.2f, max %.2f)\n", row.sp.median, row.sp.min, row.sp.max);
+    if (n > 0)
+      std::printf("  decode   %9.2f tok/s (min %.2f, max %.2f); weights %.2f GB/s = %.0f%% of the %.1f GB/s memory "
+                  "read bandwidth\n",
+                  row.sd.median, row.sd.min, row.sd.max, row.sw.median, 100.0 * row.sw.median / bw.read_GBps,
+                  bw.read_GBps);
+    if (row.streams)
+      std::printf("  disk     %s read in the timed runs (%.2f GB/s), cache hit rate %.1f%%\n",
+                  format_size(row.disk_bytes).c_str(), double(row.disk_bytes) / row.timed_s / 1e9,
+                  100.0 * row.hit_rate);
+    std::printf("  peak RSS %s\n", format_size(j["rss_peak_bytes"].get<uint64_t>()).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace df::cli
