@@ -12,5 +12,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_render_template(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
 
 }  // namespace df::cli
