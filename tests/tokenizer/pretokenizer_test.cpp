@@ -67,6 +67,9 @@ TEST(PreTokenizer, TildeIsNoSymbolForLlamaCpp) {
 
 TEST(PreTokenizer, InvalidUtf8BecomesReplacementCharacter) {
   EXPECT_EQ(split(PreType::Gpt2, "a\xff"), (Words{"a", "\xef\xbf\xbd"}));
+  // A lone surrogate survives as itself and counts as "other", like U+180E (no whitespace to llama.cpp).
+  EXPECT_EQ(split(PreType::Gpt2, "a \xed\xa0\x80!"), (Words{"a", " \xed\xa0\x80!"}));
+  EXPECT_EQ(split(PreType::Gpt2, "a \xe1\xa0\x8e!"), (Words{"a", " \xe1\xa0\x8e!"}));
 }
 
 }  // namespace
