@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <future>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -270,13 +272,32 @@ Status run_once(const IngestOptions& o, RunState& rs) {
                                                                      io::align_down(o.checkpoint_every, io::kDirectAlignment)));
   if (o.limit_rate > 0)
     window = std::min(window, std::max<uint64_t>(io::kDirectAlignment, io::align_down(o.limit_rate / 16, io::kDirectAlignment)));
-  DF_ASSIGN(io::AlignedBuffer buf, io::AlignedBuffer::allocate(window + io::kDirectAlignment));
+  // Two windows: the next one is read on another thread while this one is written (one read in flight at a time,
+  // so the source is never used by two threads at once).
+  io::AlignedBuffer bufs[2];
+  for (auto& b : bufs) {
+    DF_ASSIGN(b, io::AlignedBuffer::allocate(window + io::kDirectAlignment));
+  }
+  auto first_job_ending_after = [&](uint64_t p) {
+    return static_cast<size_t>(std::upper_bound(plan.jobs.begin(), plan.jobs.end(), p,
+                                                [](uint64_t x, const Job& job) { return x < job.src + job.len; }) -
+                               plan.jobs.begin());
+  };
+  // The window starting at p, moved past padding between tensors.
+  auto window_at = [&](uint64_t p) -> std::pair<uint64_t, uint64_t> {
+    size_t k = first_job_ending_after(p);
+    if (k < plan.jobs.size() && plan.jobs[k].src > p) p = plan.jobs[k].src;
+    return {p, std::min(plan.end, io::align_down(p, window) + window)};
+  };
+  // Same phase as the file offset inside the buffer: O_DIRECT reads land in place.
+  auto at = [&](int slot, uint64_t p) { return bufs[slot].data() + p % io::kDirectAlignment; };
+  auto start_read = [&](uint64_t b, uint64_t e, int slot) {
+    uint8_t* d = at(slot, b);
+    return std::async(std::launch::async, [&src, b, e, d] { return src->read(b, d, e - b); });
+  };
 
   const auto t0 = Clock::now();
   uint64_t pos = start, last_checkpoint = start, read_this_run = 0;
-  size_t j = static_cast<size_t>(
-      std::upper_bound(plan.jobs.begin(), plan.jobs.end(), pos,
-                       [](uint64_t p, const Job& job) { return p < job.src + job.len; }) - plan.jobs.begin());
   auto report = [&](bool finished) {
     if (!o.on_progress) return;
     IngestProgress p;
@@ -287,23 +308,30 @@ Status run_once(const IngestOptions& o, RunState& rs) {
     p.finished = finished;
     o.on_progress(p);
   };
+  int slot = 0;
+  auto [cb, ce] = window_at(pos);
+  std::future<Status> cur;
+  if (pos < plan.end) cur = start_read(cb, ce, slot);
   while (pos < plan.end) {
-    if (j < plan.jobs.size() && plan.jobs[j].src > pos) pos = plan.jobs[j].src;  // skip padding between tensors
-    uint64_t wend = std::min(plan.end, io::align_down(pos, window) + window);
-    uint8_t* w = buf.data() + pos % io::kDirectAlignment;  // same phase as the file offset: O_DIRECT reads in place
-    Status st = src->read(pos, w, wend - pos);
+    Status st = cur.get();
     if (!st.ok()) {
       rs.source_changed = src->changed();
       return st;
     }
-    for (size_t k = j; k < plan.jobs.size() && plan.jobs[k].src < wend; ++k) {
-      const Job& job = plan.jobs[k];
-      uint64_t a = std::max(job.src, pos), b = std::min(job.src + job.len, wend);
-      if (a < b) DF_TRY(data.write_at(job.dst + (a - job.src), w + (a - pos), b - a));
+    uint64_t nb = plan.end, ne = plan.end;
+    std::future<Status> next;  // a failed write below waits for it in its destructor
+    if (ce < plan.end) {
+      std::tie(nb, ne) = window_at(ce);
+      next = start_read(nb, ne, 1 - slot);
     }
-    while (j < plan.jobs.size() && plan.jobs[j].src + plan.jobs[j].len <= wend) ++j;
-    read_this_run += wend - pos;
-    pos = wend;
+    const uint8_t* w = at(slot, cb);
+    for (size_t k = first_job_ending_after(cb); k < plan.jobs.size() && plan.jobs[k].src < ce; ++k) {
+      const Job& job = plan.jobs[k];
+      uint64_t a = std::max(job.src, cb), b = std::min(job.src + job.len, ce);
+      if (a < b) DF_TRY(data.write_at(job.dst + (a - job.src), w + (a - cb), b - a));
+    }
+    read_this_run += ce - cb;
+    pos = ce;
     if (pos - last_checkpoint >= o.checkpoint_every && pos < plan.end) {
       DF_TRY(data.sync());  // the data first: a checkpoint never points past bytes that are not on disk
       DF_TRY(detail::write_file_durably(progress_path, progress_text(plan, pos)));
@@ -314,6 +342,10 @@ Status run_once(const IngestOptions& o, RunState& rs) {
       std::this_thread::sleep_until(std::chrono::time_point_cast<Clock::duration>(due));
     }
     if (pos < plan.end) report(false);
+    cur = std::move(next);
+    slot = 1 - slot;
+    cb = nb;
+    ce = ne;
   }
   DF_TRY(data.sync());
   // Everything was read from the source as open() saw it; a file replaced meanwhile must not make a store.
