@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <random>
 
 #include "diskformer/gguf/reader.h"
 #include "diskformer/tokenizer/tokenizer.h"
@@ -266,6 +267,46 @@ TEST(Errors, MissingMergesAndWrongTypesNameTheKey) {
   t = Tokenizer::from_gguf(no_vocab);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.error().message.find("tokenizer.ggml.model"), std::string::npos) << t.error().message;
+}
+
+}  // namespace
+}  // namespace df::tokenizer
+
+namespace df::tokenizer {
+namespace {
+
+// Seeded random text from pieces that stress the splitters: spaces and newlines runs, digits, contractions,
+// letters of several scripts, emoji with joiners, control characters, special-token look-alikes.
+std::string random_text(std::mt19937& rng, size_t pieces) {
+  static const std::vector<std::string> kParts = {
+      " ", "  ", "\n", "\r\n", "\t", "   \n ", "a", "Hello", "world", "'s", "'LL", "123", "4567890", "½",
+      "é", "Ä", "ß", "日本語", "한국어", "Привет", "مرحبا", "ကာ", "🦙", "😶\xe2\x80\x8d🌫\xef\xb8\x8f", "!", "?!.",
+      "...", "~", "$", "(", ")", "<|im_end|>", "<s>", "</s>", "\x01", "\x7f", "\xc2\x85", "\xc2\xa0", "\xe3\x80\x80",
+  };
+  std::string s;
+  std::uniform_int_distribution<size_t> pick(0, kParts.size() - 1);
+  for (size_t i = 0; i < pieces; ++i) s += kParts[pick(rng)];
+  return s;
+}
+
+TEST(RoundTrip, RandomTextThroughEveryVocabulary) {
+  for (const char* rel : {kQwen, kLlama, kGpt2, kDeepseekCoder, kPhi3, "vocab/ggml-vocab-falcon.gguf"}) {
+    if (!std::filesystem::exists(test::shared_dir() / rel)) GTEST_SKIP() << "missing shared file " << rel;
+    const Tokenizer& tok = load(rel);
+    std::mt19937 rng(1234);
+    for (int i = 0; i < 40; ++i) {
+      const std::string text = random_text(rng, 1 + i % 25);
+      const auto ids = tok.encode(text, {.add_bos = false});
+      for (int32_t id : ids) ASSERT_TRUE(id >= 0 && static_cast<size_t>(id) < tok.n_vocab()) << rel;
+      EXPECT_EQ(tok.decode(ids, {.clean_spaces = false}), text) << rel << " case " << i;
+      // Streaming gives the same bytes.
+      StreamDecoder dec(tok, {.strip_leading_space = tok.vocab().add_space_prefix});
+      std::string streamed;
+      for (int32_t id : ids) streamed += dec.push(id);
+      streamed += dec.flush();
+      EXPECT_EQ(streamed, text) << rel << " case " << i;
+    }
+  }
 }
 
 }  // namespace
