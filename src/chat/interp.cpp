@@ -167,27 +167,33 @@ void Interp::exec_for(const Stmt& s, Flow&) {
   }
   auto outer = scope_;
   const auto n = static_cast<int64_t>(seq.size());
+  // One `loop` object per loop, updated in place each iteration (fields in a fixed order, see kLoopFields).
+  static const char* const kLoopFields[] = {"index", "index0", "revindex", "revindex0", "first", "last",
+                                            "length", "depth", "depth0", "previtem", "nextitem", "cycle"};
+  Value loop = Value::new_dict();
+  auto& fields = loop.dict->items;
+  for (const char* f : kLoopFields) fields.emplace_back(Value::string(f), Value());
+  auto counter = std::make_shared<int64_t>(0);
+  fields[6].second = Value::integer(n);
+  fields[7].second = Value::integer(1);
+  fields[8].second = Value::integer(0);
+  fields[11].second = Value::function([counter](CallArgs& a) {
+    if (a.args.empty()) fail("no items for cycling given");
+    return a.args[static_cast<size_t>(*counter) % a.args.size()];
+  });
   try {
     for (int64_t k = 0; k < n; ++k) {
       // Each iteration gets a fresh scope: a `set` inside a loop body is gone after the iteration (Jinja).
       scope_ = std::make_shared<Scope>(Scope{outer, {}});
-      Value loop = Value::new_dict();
-      auto& d = *loop.dict;
-      d.set(Value::string("index"), Value::integer(k + 1));
-      d.set(Value::string("index0"), Value::integer(k));
-      d.set(Value::string("revindex"), Value::integer(n - k));
-      d.set(Value::string("revindex0"), Value::integer(n - k - 1));
-      d.set(Value::string("first"), Value::boolean(k == 0));
-      d.set(Value::string("last"), Value::boolean(k == n - 1));
-      d.set(Value::string("length"), Value::integer(n));
-      d.set(Value::string("depth"), Value::integer(1));
-      d.set(Value::string("depth0"), Value::integer(0));
-      if (k > 0) d.set(Value::string("previtem"), seq[static_cast<size_t>(k - 1)]);
-      if (k + 1 < n) d.set(Value::string("nextitem"), seq[static_cast<size_t>(k + 1)]);
-      d.set(Value::string("cycle"), Value::function([k](CallArgs& a) {
-        if (a.args.empty()) fail("no items for cycling given");
-        return a.args[static_cast<size_t>(k) % a.args.size()];
-      }));
+      *counter = k;
+      fields[0].second = Value::integer(k + 1);
+      fields[1].second = Value::integer(k);
+      fields[2].second = Value::integer(n - k);
+      fields[3].second = Value::integer(n - k - 1);
+      fields[4].second = Value::boolean(k == 0);
+      fields[5].second = Value::boolean(k == n - 1);
+      fields[9].second = k > 0 ? seq[static_cast<size_t>(k - 1)] : Value::undefined("there is no previous item");
+      fields[10].second = k + 1 < n ? seq[static_cast<size_t>(k + 1)] : Value::undefined("there is no next item");
       scope_->set("loop", loop);
       bind(*scope_, seq[static_cast<size_t>(k)]);
       if (exec(s.body) == Flow::Break) break;
