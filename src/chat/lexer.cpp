@@ -10,6 +10,32 @@ namespace df::chat {
 namespace {
 
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Length of the whitespace run (Python's str.isspace, any code point) starting at / ending at a byte index.
+size_t ws_after(const std::string& s, size_t pos) {
+  size_t k = pos;
+  while (k < s.size()) {
+    size_t n = 1;
+    auto c = static_cast<unsigned char>(s[k]);
+    if (c >= 0x80) n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+    std::u32string u = text::decode(std::string_view(s).substr(k, n));
+    if (u.size() != 1 || !text::is_space(u[0])) break;
+    k += n;
+  }
+  return k - pos;
+}
+
+size_t rstrip_len(const std::string& s) {  // s.size() minus its trailing whitespace
+  size_t e = s.size();
+  while (e > 0) {
+    size_t b = e - 1;
+    while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
+    std::u32string u = text::decode(std::string_view(s).substr(b, e - b));
+    if (u.size() != 1 || !text::is_space(u[0])) break;
+    e = b;
+  }
+  return e;
+}
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
@@ -31,9 +57,7 @@ class Lexer {
       char sign = open + 2 < s_.size() && (s_[open + 2] == '-' || s_[open + 2] == '+') ? s_[open + 2] : 0;
       std::string text = s_.substr(pos_, open - pos_);
       if (sign == '-') {
-        size_t e = text.size();
-        while (e > 0 && is_ws(text[e - 1])) --e;
-        text.resize(e);
+        text.resize(rstrip_len(text));
       } else if (sign != '+' && kind != '{') {
         // lstrip_blocks: only whitespace between the line start and the tag.
         size_t l = text.rfind('\n');
@@ -93,7 +117,7 @@ class Lexer {
   // all whitespace already.
   size_t after_close(size_t end, char sign) const {
     if (sign == '-') {
-      while (end < s_.size() && is_ws(s_[end])) ++end;
+      end += ws_after(s_, end);
     } else if (sign != '+' && end < s_.size() && s_[end] == '\n') {
       ++end;
     }
@@ -117,7 +141,7 @@ class Lexer {
     size_t start;
     if (s_.compare(k, 3, "-%}") == 0) {
       start = k + 3;
-      while (start < s_.size() && is_ws(s_[start])) ++start;
+      start += ws_after(s_, start);
     } else if (s_.compare(k, 2, "%}") == 0) {
       start = k + 2;
     } else {
@@ -137,9 +161,7 @@ class Lexer {
       if (s_.compare(q, 2, "%}") != 0) continue;
       std::string text = s_.substr(start, f - start);
       if (sign == '-') {
-        size_t e = text.size();
-        while (e > 0 && is_ws(text[e - 1])) --e;
-        text.resize(e);
+        text.resize(rstrip_len(text));
       } else if (sign != '+') {
         size_t l = text.rfind('\n');
         size_t lpos = l == std::string::npos ? 0 : l + 1;
