@@ -2,6 +2,7 @@
 // it refuses to resume into another source or layout; a full disk or a permission error ends with a message and no
 // complete store.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/mount.h>
 
 #include <chrono>
@@ -218,6 +219,40 @@ TEST(Ingest, ProgressLinesWhenNotATerminalAndQuietSilences) {
   auto missing = run_cli({"ingest", "-m", (tmp / "nope.gguf").string(), "--store", (tmp / "d").string()}, tmp);
   EXPECT_EQ(missing.code, 1);
   EXPECT_NE(missing.err.find("nope.gguf"), std::string::npos) << missing.err;
+}
+
+TEST(Ingest, ProgressBarOnATerminal) {
+  DF_REQUIRE_SHARED(model, "models/qwen3-q4_0.gguf");
+  fs::path tmp = test::temp_dir("tty");
+  int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || ::grantpt(master) != 0 || ::unlockpt(master) != 0) GTEST_SKIP() << "no pseudo-terminal here";
+  std::string slave = ::ptsname(master);
+  pid_t pid = test::spawn_cli({"ingest", "-m", model.string(), "--store", (tmp / "s").string(), "--limit-rate", "8M"},
+                              (tmp / "out").string(), slave);
+  std::string seen;
+  char buf[4096];
+  for (;;) {
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 100) > 0) {
+      ssize_t n = ::read(master, buf, sizeof buf);
+      if (n > 0) {
+        seen.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+    }
+    if (::waitpid(pid, nullptr, WNOHANG) == pid) break;
+  }
+  for (pollfd p{master, POLLIN, 0}; ::poll(&p, 1, 50) > 0;) {  // what it wrote just before it exited
+    ssize_t n = ::read(master, buf, sizeof buf);
+    if (n <= 0) break;
+    seen.append(buf, static_cast<size_t>(n));
+  }
+  ::close(master);
+  EXPECT_NE(seen.find("\r["), std::string::npos) << seen;  // redrawn in place
+  EXPECT_NE(seen.find("100%"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("MB/s"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("ETA"), std::string::npos) << seen;
+  EXPECT_TRUE(fs::exists(tmp / "s" / kManifestFile));
 }
 
 }  // namespace
