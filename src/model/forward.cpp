@@ -67,9 +67,10 @@ Status Forward::attention_block(const LayerWeights& lw, uint32_t il, int64_t n, 
   ensure(b_.k, n * kd);
   ensure(b_.v, n * vd);
   ensure(b_.attn, n * int64_t(s_.n_head) * hv);
-  cpu::matmul(ctx_, lw.wq, b_.xn.data(), n, b_.q.data());
-  cpu::matmul(ctx_, lw.wk, b_.xn.data(), n, b_.k.data());
-  cpu::matmul(ctx_, lw.wv, b_.xn.data(), n, b_.v.data());
+  const cpu::MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q.data()},
+                                {&lw.wk, b_.xn.data(), n, b_.k.data()},
+                                {&lw.wv, b_.xn.data(), n, b_.v.data()}};
+  cpu::matmul_many(ctx_, qkv);
   for (int64_t t = 0; t < n; ++t) {
     float* q = b_.q.data() + t * qd;
     float* k = b_.k.data() + t * kd;
@@ -103,8 +104,9 @@ void Forward::dense_ffn(const LayerWeights& lw, int64_t n) {
   const int64_t F = s_.n_ff;
   ensure(b_.gate, n * F);
   ensure(b_.up, n * F);
-  cpu::matmul(ctx_, lw.ffn_gate, b_.xn.data(), n, b_.gate.data());
-  cpu::matmul(ctx_, lw.ffn_up, b_.xn.data(), n, b_.up.data());
+  const cpu::MatmulJob gate_up[] = {{&lw.ffn_gate, b_.xn.data(), n, b_.gate.data()},
+                                    {&lw.ffn_up, b_.xn.data(), n, b_.up.data()}};
+  cpu::matmul_many(ctx_, gate_up);
   cpu::swiglu(b_.gate.data(), b_.up.data(), n * F, b_.gate.data());
   cpu::matmul(ctx_, lw.ffn_down, b_.gate.data(), n, b_.proj.data());
 }
@@ -139,25 +141,44 @@ Status Forward::moe_ffn(const LayerWeights& lw, uint32_t il, int64_t n) {
     if (!users[e].empty()) used.push_back(e);
   stats_.expert_uses += uint64_t(n * K);
 
-  // Each expert runs once over the tokens routed to it; its outputs land in the (token, slot) rows.
+  // Each expert runs once over the tokens routed to it; its outputs land in the (token, slot) rows. The gate and
+  // up products of all experts of a request are one parallel job, their down products another.
   const size_t per_call = w_.max_experts_per_call() ? w_.max_experts_per_call() : used.size();
   for (size_t c0 = 0; c0 < used.size(); c0 += per_call) {
     std::span<const int32_t> ids(used.data() + c0, std::min(per_call, used.size() - c0));
     DF_ASSIGN(std::vector<ExpertWeights> ew, w_.experts(il, ids));
+    // Row offsets of each expert's tokens in the gathered buffers.
+    std::vector<int64_t> first(ids.size() + 1, 0);
+    for (size_t i = 0; i < ids.size(); ++i) first[i + 1] = first[i] + int64_t(users[ids[i]].size());
+    const int64_t m_all = first.back();
+    ensure(b_.gather, m_all * E);
+    ensure(b_.gate, m_all * F);
+    ensure(b_.up, m_all * F);
+    ensure(b_.down, m_all * E);
     for (size_t i = 0; i < ids.size(); ++i) {
       const auto& u = users[ids[i]];
-      const int64_t m = int64_t(u.size());
-      ensure(b_.gather, m * std::max(E, F));
-      ensure(b_.gate, m * F);
-      ensure(b_.up, m * F);
-      for (int64_t j = 0; j < m; ++j)
-        std::copy_n(b_.xn.data() + u[j].first * E, E, b_.gather.data() + j * E);
-      cpu::matmul(ctx_, ew[i].gate, b_.gather.data(), m, b_.gate.data());
-      cpu::matmul(ctx_, ew[i].up, b_.gather.data(), m, b_.up.data());
-      cpu::swiglu(b_.gate.data(), b_.up.data(), m * F, b_.gate.data());
-      cpu::matmul(ctx_, ew[i].down, b_.gate.data(), m, b_.gather.data());
-      for (int64_t j = 0; j < m; ++j)
-        std::copy_n(b_.gather.data() + j * E, E, b_.expert_out.data() + (u[j].first * K + u[j].second) * E);
+      for (size_t j = 0; j < u.size(); ++j)
+        std::copy_n(b_.xn.data() + u[j].first * E, E, b_.gather.data() + (first[i] + int64_t(j)) * E);
+    }
+    std::vector<cpu::MatmulJob> jobs;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t m = first[i + 1] - first[i];
+      jobs.push_back({&ew[i].gate, b_.gather.data() + first[i] * E, m, b_.gate.data() + first[i] * F});
+      jobs.push_back({&ew[i].up, b_.gather.data() + first[i] * E, m, b_.up.data() + first[i] * F});
+    }
+    cpu::matmul_many(ctx_, jobs);
+    cpu::swiglu(b_.gate.data(), b_.up.data(), m_all * F, b_.gate.data());
+    jobs.clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t m = first[i + 1] - first[i];
+      jobs.push_back({&ew[i].down, b_.gate.data() + first[i] * F, m, b_.down.data() + first[i] * E});
+    }
+    cpu::matmul_many(ctx_, jobs);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto& u = users[ids[i]];
+      for (size_t j = 0; j < u.size(); ++j)
+        std::copy_n(b_.down.data() + (first[i] + int64_t(j)) * E, E,
+                    b_.expert_out.data() + (u[j].first * K + u[j].second) * E);
     }
   }
   // Weighted sum in routing order, as llama.cpp adds the experts' views one after another.

@@ -22,10 +22,11 @@ struct ForwardBuffers {
   std::vector<float> k, v;    // [n_tok][n_head_kv * head_dim]
   std::vector<float> attn;    // [n_tok][n_head * head_dim_v]
   std::vector<float> proj;    // [n_tok][n_embd] sublayer output
-  std::vector<float> gate, up;  // [n_tok][n_ff]
+  std::vector<float> gate, up;  // [n_tok][n_ff], or [routed pairs][n_ff_expert]
   std::vector<float> router;  // [n_tok][n_expert]
   std::vector<float> expert_out;  // [n_tok][n_expert_used][n_embd]
-  std::vector<float> gather;  // [tokens of one expert][n_embd or n_ff]
+  std::vector<float> gather;  // [routed (token, expert) pairs][n_embd] inputs, grouped by expert
+  std::vector<float> down;    // [routed pairs][n_embd] expert outputs, grouped by expert
   std::vector<float> logits;  // [n_out][n_vocab]
 };
 

@@ -58,25 +58,49 @@ float dot_row(const Kernels& k, GgmlType t, int64_t n, const uint8_t* w, const u
 }  // namespace
 
 void matmul(Context& ctx, const model::Mat& w, const float* x, int64_t n_tok, float* y) {
-  DF_CHECK(w.data != nullptr && model::matmul_type_supported(w.type));
-  const Kernels& k = *ctx.kernels;
-  const uint64_t arb = act_row_bytes(w.type, w.cols);
-  if (ctx.act.size() < arb * n_tok) ctx.act.resize(arb * n_tok);
-  uint8_t* act = ctx.act.data();
-  for (int64_t t = 0; t < n_tok; ++t) convert_act(k, w.type, x + t * w.cols, w.cols, act + t * arb);
+  const MatmulJob job{&w, x, n_tok, y};
+  matmul_many(ctx, std::span<const MatmulJob>(&job, 1));
+}
 
-  // Row chunks: enough tasks to balance the threads, each long enough to amortize a task's start.
+void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
+  const Kernels& k = *ctx.kernels;
+  // Activations of every job converted once, each job in its own region.
+  std::vector<uint64_t> act_off(jobs.size() + 1, 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    DF_CHECK(jobs[i].w->data != nullptr && model::matmul_type_supported(jobs[i].w->type));
+    act_off[i + 1] = act_off[i] + act_row_bytes(jobs[i].w->type, jobs[i].w->cols) * uint64_t(jobs[i].n_tok);
+  }
+  if (ctx.act.size() < act_off.back()) ctx.act.resize(act_off.back());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const auto& jb = jobs[i];
+    const uint64_t arb = act_row_bytes(jb.w->type, jb.w->cols);
+    for (int64_t t = 0; t < jb.n_tok; ++t)
+      convert_act(k, jb.w->type, jb.x + t * jb.w->cols, jb.w->cols, ctx.act.data() + act_off[i] + t * arb);
+  }
+  // Row chunks of all jobs in one task list: enough tasks to balance the threads, each long enough to amortize
+  // its start.
+  int64_t total_rows = 0;
+  for (const auto& jb : jobs) total_rows += jb.n_tok > 0 ? jb.w->rows : 0;
   const int threads = ctx.pool ? ctx.pool->size() : 1;
-  const int64_t chunk = std::max<int64_t>(4, w.rows / (threads * 8));
-  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
-  ctx.parallel(n_chunks, [&](int64_t c) {
-    const int64_t r0 = c * chunk, r1 = std::min(w.rows, r0 + chunk);
+  const int64_t chunk = std::max<int64_t>(4, total_rows / (threads * 8));
+  std::vector<std::pair<size_t, int64_t>> tasks;  // (job, first row)
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].n_tok <= 0) continue;
+    for (int64_t r = 0; r < jobs[i].w->rows; r += chunk) tasks.push_back({i, r});
+    ctx.weight_bytes_read += jobs[i].w->row_bytes * uint64_t(jobs[i].w->rows);
+  }
+  ctx.parallel(int64_t(tasks.size()), [&](int64_t ti) {
+    const auto [ji, r0] = tasks[size_t(ti)];
+    const MatmulJob& jb = jobs[ji];
+    const model::Mat& w = *jb.w;
+    const uint64_t arb = act_row_bytes(w.type, w.cols);
+    const uint8_t* act = ctx.act.data() + act_off[ji];
+    const int64_t r1 = std::min(w.rows, r0 + chunk);
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* wr = w.row(r);
-      for (int64_t t = 0; t < n_tok; ++t) y[t * w.rows + r] = dot_row(k, w.type, w.cols, wr, act + t * arb);
+      for (int64_t t = 0; t < jb.n_tok; ++t) jb.y[t * w.rows + r] = dot_row(k, w.type, w.cols, wr, act + t * arb);
     }
   });
-  ctx.weight_bytes_read += w.row_bytes * uint64_t(w.rows);
 }
 
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y) {

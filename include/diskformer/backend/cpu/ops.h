@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "diskformer/backend/cpu/kernels.h"
@@ -23,6 +24,16 @@ struct Context {
 
 // y[t][r] = dot(W row r, x[t]) for t < n_tok: x is [n_tok][w.cols], y is [n_tok][w.rows].
 void matmul(Context& ctx, const model::Mat& w, const float* x, int64_t n_tok, float* y);
+
+// Several independent products run as one parallel job (q, k and v of a layer; the experts of a layer), so that
+// small matrices do not each pay for waking the pool. Results equal separate matmul() calls.
+struct MatmulJob {
+  const model::Mat* w = nullptr;
+  const float* x = nullptr;  // [n_tok][w->cols]
+  int64_t n_tok = 0;
+  float* y = nullptr;        // [n_tok][w->rows]
+};
+void matmul_many(Context& ctx, std::span<const MatmulJob> jobs);
 
 // y = x / sqrt(mean(x^2) + eps) * weight, n elements (ggml's rms_norm then mul; the square sum in double).
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y);
