@@ -12,13 +12,6 @@ namespace df::cpu {
 
 namespace {
 
-DF_AVX2 inline int32_t hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
-
 // Products of two signed byte vectors summed in pairs then quads: 8 int32 lanes (exact).
 DF_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
   const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
@@ -68,25 +61,31 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
+DF_AVX2 inline float hsum_lanes8(__m256 acc) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, acc);
+  return lanes8_sum(l);
+}
+
 DF_AVX2 float dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d));
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
-    const int32_t isum = hsum_i32(dot_i8(unpack_q4_0(w[b].qs), q));
-    sum = std::fma(float(isum), f16_to_f32(w[b].d) * f16_to_f32(a[b].d), sum);
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(unpack_q4_0(w[b].qs), q)), acc);
   }
-  return sum;
+  return hsum_lanes8(acc);
 }
 
 DF_AVX2 float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d));
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
-    const int32_t isum = hsum_i32(dot_i8(x, q));
-    sum = std::fma(float(isum), f16_to_f32(w[b].d) * f16_to_f32(a[b].d), sum);
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(x, q)), acc);
   }
-  return sum;
+  return hsum_lanes8(acc);
 }
 
 DF_AVX2 inline __m256 load_f16x8(const uint16_t* p) {

@@ -28,27 +28,34 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
+// Lane j of a block holds the products of elements 4j .. 4j + 3 (the int32 lanes of the SIMD code).
 float dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
-  float sum = 0.0f;
+  float l[8] = {};
   for (int64_t b = 0; b < n / kQK; ++b) {
-    int32_t isum = 0;
-    for (int i = 0; i < 16; ++i) {
-      isum += (int32_t(w[b].qs[i] & 0x0f) - 8) * a[b].qs[i];
-      isum += (int32_t(w[b].qs[i] >> 4) - 8) * a[b].qs[i + 16];
+    const float d = f16_to_f32(w[b].d) * f16_to_f32(a[b].d);
+    for (int j = 0; j < 8; ++j) {
+      int32_t p = 0;
+      for (int i = 4 * j; i < 4 * j + 4; ++i) {
+        const int q = i < 16 ? (w[b].qs[i] & 0x0f) - 8 : (w[b].qs[i - 16] >> 4) - 8;
+        p += q * a[b].qs[i];
+      }
+      l[j] = std::fma(d, float(p), l[j]);
     }
-    sum = std::fma(float(isum), f16_to_f32(w[b].d) * f16_to_f32(a[b].d), sum);
   }
-  return sum;
+  return lanes8_sum(l);
 }
 
 float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
-  float sum = 0.0f;
+  float l[8] = {};
   for (int64_t b = 0; b < n / kQK; ++b) {
-    int32_t isum = 0;
-    for (int i = 0; i < kQK; ++i) isum += int32_t(w[b].qs[i]) * a[b].qs[i];
-    sum = std::fma(float(isum), f16_to_f32(w[b].d) * f16_to_f32(a[b].d), sum);
+    const float d = f16_to_f32(w[b].d) * f16_to_f32(a[b].d);
+    for (int j = 0; j < 8; ++j) {
+      int32_t p = 0;
+      for (int i = 4 * j; i < 4 * j + 4; ++i) p += int32_t(w[b].qs[i]) * a[b].qs[i];
+      l[j] = std::fma(d, float(p), l[j]);
+    }
   }
-  return sum;
+  return lanes8_sum(l);
 }
 
 template <typename Load>

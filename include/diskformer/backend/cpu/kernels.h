@@ -4,8 +4,8 @@
 // (tests/cpu checks this), and a model's output does not depend on the machine:
 //   - float dot products (f32, f16, bf16): 8 lanes, lane k accumulates elements i with i % 8 == k in index order
 //     with fused multiply-adds; the lanes are summed as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7));
-//   - quantized dot products: an exact integer sum per 32-block, then sum = fma(float(isum), d_w * d_a, sum), block
-//     by block (the fused multiply-add of ggml's x86 code; written out, because compilers contract only sometimes);
+//   - quantized dot products: per 32-block, 8 exact integer lanes (lane j: elements 4j .. 4j+3), each accumulated as
+//     l[j] = fma(d_w * d_a, float(lane), l[j]) block by block, the lanes then summed as above (ggml's x86 order);
 //   - Q8_0 quantization: d = amax / 127, q = round-half-even(x * (127 / amax)), d stored as f16 (ggml's x86 code).
 #pragma once
 
