@@ -34,6 +34,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0, col = 0;
+  int height = 1;  // longest path to a leaf; bounded by the parser (evaluation recurses along it)
   Value value;
   std::string name;
   std::string op;

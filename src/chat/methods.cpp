@@ -582,7 +582,8 @@ void add_globals(Scope& g, const RenderOptions& options) {
     if (step == 0) fail("range() arg 3 must not be zero");
     std::vector<Value> out;
     for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-      if (out.size() >= 10'000'000) fail("range too large");  // the sandbox's MAX_RANGE is 100000 too
+      if (out.size() >= 100'000)  // as Jinja's sandbox (MAX_RANGE)
+        fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       out.push_back(Value::integer(k));
     }
     return Value::new_list(std::move(out));

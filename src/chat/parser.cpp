@@ -1,6 +1,7 @@
 // Recursive descent over the token stream, in the shape of Jinja2's parser.py so that precedence and the
 // odd corners (filters binding tighter than arithmetic, `is` tests taking one bare argument, conditional
 // expressions without else) come out the same.
+#include <algorithm>
 #include <initializer_list>
 
 #include "chat/ast.h"
@@ -83,6 +84,7 @@ class Parser {
 
   // Parses until a block tag whose first name is in `ends` (left unconsumed, positioned at that name).
   Body subparse(std::initializer_list<const char*> ends, const Token* opener = nullptr) {
+    DepthGuard guard(*this);
     Body body;
     while (true) {
       const Token& t = cur();
@@ -332,8 +334,17 @@ class Parser {
       c->a = parse_or();
       c->b = std::move(e);
       if (skip_name("else")) c->c = parse_expression();
-      e = std::move(c);
+      e = grown(std::move(c));
     }
+    return e;
+  }
+
+  // Sets e's height from its operands; a chain like `a + a + ... + a` or `x|f|f|...|f` of thousands of links
+  // is refused before evaluating it could exhaust the stack.
+  ExprPtr grown(ExprPtr e) {
+    for (const Expr* c : {e->a.get(), e->b.get(), e->c.get()})
+      if (c) e->height = std::max(e->height, c->height + 1);
+    if (e->height > kMaxHeight) throw TemplateError("expression too long", e->line, e->col);
     return e;
   }
 
@@ -342,7 +353,7 @@ class Parser {
     e->op = op;
     e->a = std::move(l);
     e->b = std::move(r);
-    return e;
+    return grown(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -366,6 +377,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    DepthGuard guard(*this);
     if (is_name("not")) {
       const Token at = cur();
       next();
@@ -405,6 +417,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->items.push_back(parse_math1());
     }
+    if (cmp && cmp->items.size() > kMaxHeight) fail_at(at, "expression too long");
     return cmp ? std::move(cmp) : std::move(l);
   }
 
@@ -449,6 +462,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter = true) {
+    DepthGuard guard(*this);
     const Token at = cur();
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
@@ -543,22 +557,22 @@ class Parser {
           g->name = cur().value;
           g->a = std::move(e);
           next();
-          e = std::move(g);
+          e = grown(std::move(g));
         } else if (cur().type == Tok::Integer) {
           auto g = make(Expr::Kind::Getitem, at);
           g->a = std::move(e);
           g->b = make(Expr::Kind::Const, cur());
           g->b->value = Value::integer(std::stoll(cur().value));
           next();
-          e = std::move(g);
+          e = grown(std::move(g));
         } else {
           fail_at(cur(), "expected a name after '.', got " + describe(cur()));
         }
       } else if (is_op("[")) {
         next();
-        e = parse_subscript(std::move(e), at);
+        e = grown(parse_subscript(std::move(e), at));
       } else if (is_op("(")) {
-        e = parse_call(std::move(e));
+        e = grown(parse_call(std::move(e)));
       } else {
         return e;
       }
@@ -629,7 +643,7 @@ class Parser {
       } else if (is_name("is")) {
         e = parse_test(std::move(e));
       } else if (is_op("(")) {
-        e = parse_call(std::move(e));
+        e = grown(parse_call(std::move(e)));
       } else {
         return e;
       }
@@ -649,7 +663,7 @@ class Parser {
       f->name = name;
       f->a = std::move(e);
       if (is_op("(")) parse_args(*f);
-      e = std::move(f);
+      e = grown(std::move(f));
     }
     return e;
   }
@@ -674,12 +688,24 @@ class Parser {
       if (is_name("is")) fail_at(cur(), "you cannot chain multiple tests with is");
       t->items.push_back(parse_postfix(parse_primary()));
     }
-    return t;
+    return grown(std::move(t));
   }
+
+  // Nesting is bounded so that a hostile template cannot exhaust the stack (parse and render recurse on it).
+  struct DepthGuard {
+    DepthGuard(Parser& p) : p(p) {
+      if (++p.depth_ > kMaxDepth) p.fail_at(p.cur(), "template nested too deeply");
+    }
+    ~DepthGuard() { --p.depth_; }
+    Parser& p;
+  };
+  static constexpr int kMaxDepth = 256;
+  static constexpr int kMaxHeight = 2000;
 
   const std::vector<Token>& t_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -48,6 +48,25 @@ TEST(ChatErrors, SyntaxErrorsNameLineAndColumn) {
   EXPECT_NE(stray.find("unknown tag 'endif'"), std::string::npos) << stray;
 }
 
+TEST(ChatErrors, HostileNestingIsRefusedNotACrash) {
+  auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int k = 0; k < n; ++k) out += s;
+    return out;
+  };
+  EXPECT_NE(parse_error("{{ " + repeat("(", 5000) + "1" + repeat(")", 5000) + " }}").find("nested too deeply"),
+            std::string::npos);
+  EXPECT_NE(parse_error(repeat("{% if true %}", 5000)).find("nested too deeply"), std::string::npos);
+  EXPECT_NE(parse_error("{{ " + repeat("not ", 5000) + "1 }}").find("nested too deeply"), std::string::npos);
+  EXPECT_NE(parse_error("{{ 1" + repeat(" + 1", 100000) + " }}").find("expression too long"), std::string::npos);
+  EXPECT_NE(parse_error("{{ x" + repeat("|upper", 100000) + " }}").find("expression too long"), std::string::npos);
+  // Realistic depth still works.
+  EXPECT_EQ(render_ok("{{ " + repeat("(", 60) + "1" + repeat(")", 60) + " }}|{{ 1" + repeat(" + 1", 999) + " }}"),
+            "1|1000");
+  EXPECT_EQ(render_error("{{ range(100001)|length }}"),
+            "t.jinja:1: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+}
+
 TEST(ChatErrors, RaiseExceptionKeepsTheTemplatesMessageAndLine) {
   EXPECT_EQ(render_error("a\nb\n{{ raise_exception('bad ' ~ 1) }}"), "t.jinja:3: bad 1");
   EXPECT_EQ(render_error("{% macro m() %}\n{{ raise_exception('in macro') }}\n{% endmacro %}\n{{ m() }}"),

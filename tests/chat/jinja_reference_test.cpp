@@ -59,6 +59,10 @@ b)J"},
 )J",
      R"J(line
 )J"},
+    {"Whitespace", "minus_strips_unicode_whitespace", R"J(a   {%- if true -%} 　b{% endif %}|x  {{- 1 -}}  y|q 
+  {% if true %}r{% endif %})J",
+     R"J(ab|x1y|q 
+r)J"},
     {"Loops", "loop_variables", R"J({% for x in l %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }}/{{ loop.previtem }}/{{ loop.nextitem }}/{{ loop.cycle('a','b') }};{% endfor %})J",
      R"J(1/0/3/2/True/False/3//1/a;2/1/2/1/False/False/3/3/2/b;3/2/1/0/False/True/3/1//a;)J"},
     {"Loops", "filtered_loop_and_else", R"J({% for x in l if x > 1 %}{{ loop.index }}:{{ x }}/{{ loop.length }} {% else %}none{% endfor %}|{% for x in [] %}x{% else %}empty{% endfor %})J",
