@@ -39,7 +39,7 @@ class Http : public ::testing::Test {
   // The copy is renamed into place, as a server's files are updated: a reader sees the old file or the new one.
   void serve(const char* name, const std::string& rel, int age = 0) {
     fs::path dst = nginx_->root() / rel, part = dst.string() + ".part";
-    fs::copy_file(model(name), part, fs::copy_options::overwrite_existing);
+    test::copy_writable(model(name), part);
     fs::last_write_time(part, fs::file_time_type::clock::now() - std::chrono::seconds(age));
     fs::rename(part, dst);
   }

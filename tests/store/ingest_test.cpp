@@ -135,11 +135,11 @@ TEST(Ingest, SourceChangedBetweenRunsStartsOver) {
   DF_REQUIRE_SHARED(b, "models/mixtral-q4_0.gguf");
   fs::path tmp = test::temp_dir("changed");
   fs::path m = tmp / "m.gguf";
-  fs::copy_file(a, m);
+  test::copy_writable(a, m);
   fs::path dir = tmp / "store";
   ASSERT_EQ(ingest_killed_after(m, dir, 100, tmp, nullptr, true), 128 + SIGKILL);
   ASSERT_TRUE(fs::exists(dir / kProgressFile));
-  fs::copy_file(b, m, fs::copy_options::overwrite_existing);
+  test::copy_writable(b, m);
   auto r = run_cli({"ingest", "-m", m.string(), "--store", dir.string()}, tmp);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("changed since the interrupted ingest (size"), std::string::npos) << r.err;
@@ -148,7 +148,7 @@ TEST(Ingest, SourceChangedBetweenRunsStartsOver) {
   expect_same_store(dir, tmp / "clean", false);
 
   // A complete store whose source changed is rebuilt, not used.
-  fs::copy_file(a, m, fs::copy_options::overwrite_existing);
+  test::copy_writable(a, m);
   auto rebuilt = run_cli({"ingest", "-m", m.string(), "--store", dir.string()}, tmp);
   ASSERT_EQ(rebuilt.code, 0) << rebuilt.err;
   EXPECT_NE(rebuilt.err.find("changed since the store was made"), std::string::npos) << rebuilt.err;

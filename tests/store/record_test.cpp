@@ -201,7 +201,7 @@ void edit_manifest(const fs::path& dir, const std::function<void(nlohmann::json&
 TEST(Store, RefusesWhatDoesNotMatch) {
   DF_REQUIRE_SHARED(model, "models/qwen3-q4_0.gguf");
   fs::path tmp = test::temp_dir("refuse");
-  fs::copy_file(model, tmp / "m.gguf");
+  test::copy_writable(model, tmp / "m.gguf");
   fs::path dir = tmp / "store";
   ingest_into(tmp / "m.gguf", dir);
   ASSERT_TRUE(Store::open(dir.string(), {.source = (tmp / "m.gguf").string()}).ok());

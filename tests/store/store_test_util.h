@@ -24,6 +24,14 @@ inline std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// A copy the test may change later (the shared files are read-only, and copy_file keeps their permissions).
+inline void copy_writable(const std::filesystem::path& from, const std::filesystem::path& to) {
+  namespace fs = std::filesystem;
+  if (fs::exists(to)) fs::permissions(to, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+  fs::permissions(to, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
+}
+
 struct SpawnOptions {
   long max_file_bytes = -1;  // RLIMIT_FSIZE in the child
   int uid = -1;              // setuid in the child (tests running as root play an unprivileged user)
