@@ -153,6 +153,4 @@ const Kernels* avx2_kernels() {
   return ok ? &k : nullptr;
 }
 
-const Kernels* avx512_kernels() { return nullptr; }
-
 }  // namespace df::cpu

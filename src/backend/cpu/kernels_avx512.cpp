@@ -1,0 +1,97 @@
+// AVX-512 VNNI versions of the quantized dot products (two blocks per 512-bit step, integer lanes from vpdpbusd);
+// every other kernel is the AVX2 table's. The float accumulation stays 8 lanes, block after block (kernels.h), so
+// results are bit-identical to scalar_kernels().
+#include <immintrin.h>
+
+#include "backend/cpu/kernels_impl.h"
+#include "diskformer/backend/cpu/kernels.h"
+
+#define DF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+namespace df::cpu {
+
+namespace {
+
+DF_AVX512 inline __m256i nibbles_q4_0(const uint8_t* qs) {  // elements 0..31 as unsigned 0..15
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+}
+
+DF_AVX512 inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+DF_AVX512 inline float sum_lanes(__m256 acc) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, acc);
+  return lanes8_sum(l);
+}
+
+// Lane j of block b: sum over elements 4j..4j+3 of (u - bias) * a, as u * a - bias * a with u unsigned.
+DF_AVX512 inline __m512i lanes_u8(__m512i u, __m512i a, __m512i bias) {
+  const __m512i z = _mm512_setzero_si512();
+  return _mm512_sub_epi32(_mm512_dpbusd_epi32(z, u, a), _mm512_dpbusd_epi32(z, bias, a));
+}
+DF_AVX512 inline __m256i lanes_u8(__m256i u, __m256i a, __m256i bias) {
+  const __m256i z = _mm256_setzero_si256();
+  return _mm256_sub_epi32(_mm256_dpbusd_epi32(z, u, a), _mm256_dpbusd_epi32(z, bias, a));
+}
+
+DF_AVX512 float dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
+  const int64_t nb = n / kQK;
+  const __m512i bias = _mm512_set1_epi8(8);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles_q4_0(w[b].qs)), nibbles_q4_0(w[b + 1].qs), 1);
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(load32(a[b].qs)), load32(a[b + 1].qs), 1);
+    const __m512 p = _mm512_cvtepi32_ps(lanes_u8(u, q, bias));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d)), _mm512_castps512_ps256(p), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b + 1].d) * f16_to_f32(a[b + 1].d)),
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1)), acc);
+  }
+  for (; b < nb; ++b) {
+    const __m256 p = _mm256_cvtepi32_ps(lanes_u8(nibbles_q4_0(w[b].qs), load32(a[b].qs), _mm256_set1_epi8(8)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d)), p, acc);
+  }
+  return sum_lanes(acc);
+}
+
+DF_AVX512 float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
+  // Signed weights as unsigned: (w + 128) * a - 128 * a.
+  const int64_t nb = n / kQK;
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  __m256 acc = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load32(w[b].qs)), load32(w[b + 1].qs), 1);
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(load32(a[b].qs)), load32(a[b + 1].qs), 1);
+    const __m512 p = _mm512_cvtepi32_ps(lanes_u8(_mm512_xor_si512(x, flip), q, flip));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d)), _mm512_castps512_ps256(p), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b + 1].d) * f16_to_f32(a[b + 1].d)),
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1)), acc);
+  }
+  for (; b < nb; ++b) {
+    const __m256i f = _mm256_set1_epi8(char(0x80));
+    const __m256 p = _mm256_cvtepi32_ps(lanes_u8(_mm256_xor_si256(load32(w[b].qs), f), load32(a[b].qs), f));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d)), p, acc);
+  }
+  return sum_lanes(acc);
+}
+
+}  // namespace
+
+const Kernels* avx512_kernels() {
+  static const Kernels* table = []() -> const Kernels* {
+    const Kernels* base = avx2_kernels();
+    if (!base || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512vnni"))
+      return nullptr;
+    static Kernels k = *base;
+    k.name = "avx512";
+    k.dot_q4_0_q8_0 = dot_q4_0_q8_0;
+    k.dot_q8_0_q8_0 = dot_q8_0_q8_0;
+    return &k;
+  }();
+  return table;
+}
+
+}  // namespace df::cpu
