@@ -98,15 +98,11 @@ int cmd_render_template(int argc, char** argv) {
 
   auto text = read_text(*messages_path);
   if (!text.ok()) return fail_with(text.error().message);
-  ojson doc = ojson::parse(*text, nullptr, false);
-  if (doc.is_discarded()) {
-    // Parse again with exceptions for the byte offset of the error.
-    try {
-      (void)ojson::parse(*text);
-    } catch (const ojson::parse_error& e) {
-      return fail_with(*messages_path + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
-    }
-    return fail_with(*messages_path + ": invalid JSON");
+  ojson doc;
+  try {
+    doc = ojson::parse(*text);
+  } catch (const ojson::parse_error& e) {
+    return fail_with(*messages_path + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
   if (doc.is_array()) {
     input.messages = std::move(doc);
