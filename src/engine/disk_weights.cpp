@@ -107,7 +107,9 @@ Status DiskWeights::create_pool() {
   cache::SlotPoolOptions o;
   o.slots = plan_.slots;
   o.slot_bytes = plan_.record_bytes;
-  o.max_prefetch = plan_.mode == Residency::kStreamLayers ? 2 : 8;
+  // Layers: the next one. Experts: the next layer's guessed top-k for a token or two (the browser original's
+  // lookahead of one layer).
+  o.max_prefetch = plan_.mode == Residency::kStreamLayers ? 2 : std::max<uint32_t>(8, 2 * spec_.n_expert_used);
   DF_ASSIGN(pool_, cache::HostSlotPool::create(
                        std::move(reader), [this](cache::Key k, std::vector<cache::Extent>& out) { return locate(k, out); },
                        o));
@@ -174,6 +176,14 @@ Result<std::vector<model::ExpertWeights>> DiskWeights::experts(uint32_t il, std:
     out.push_back({m[0], m[1], m[2]});
   }
   return out;
+}
+
+void DiskWeights::prefetch_experts(uint32_t il, std::span<const int32_t> ids) {
+  if (!pool_ || plan_.mode != Residency::kStreamExperts) return;
+  std::vector<cache::Key> keys;
+  for (int32_t e : ids) keys.push_back(uint64_t(il) * spec_.n_expert + uint64_t(e));
+  pool_->poll();
+  pool_->prefetch(keys);
 }
 
 uint32_t DiskWeights::max_experts_per_call() const {

@@ -39,6 +39,7 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
       cpu::rms_norm(b_.x.data() + t * E, lw->attn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
     DF_TRY(attention_block(*lw, il, n, kv));
     for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    if (n == 1 && il + 1 < s_.n_layer) guess_next_experts(il + 1);
     // Feed-forward sublayer with a residual connection.
     for (int64_t t = 0; t < n; ++t)
       cpu::rms_norm(b_.x.data() + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
@@ -58,6 +59,25 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
   cpu::matmul(ctx_, w_.output(), b_.xn.data(), n_out, b_.logits.data());
   stats_.tokens += uint64_t(n);
   return {};
+}
+
+void Forward::guess_next_experts(uint32_t next) {
+  // The next block's norm and router applied to the current residual pick its experts well enough to start their
+  // reads while this block's experts compute.
+  if (!s_.moe() || !w_.wants_expert_guesses()) return;
+  const LayerWeights* lw = w_.resident_layer(next);
+  if (!lw) return;
+  const int64_t E = s_.n_embd, X = s_.n_expert;
+  std::vector<float> xn(E), p(X);
+  cpu::rms_norm(b_.x.data(), lw->ffn_norm.f32(), E, s_.norm_eps, xn.data());
+  cpu::Context one{.kernels = ctx_.kernels};
+  cpu::matmul(one, lw->gate_inp, xn.data(), 1, p.data());
+  std::vector<int32_t> order(X);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + s_.n_expert_used, order.end(),
+                    [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+  order.resize(s_.n_expert_used);
+  w_.prefetch_experts(next, order);
 }
 
 Status Forward::attention_block(const LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv) {

@@ -38,6 +38,11 @@ class DiskWeights final : public model::WeightSource {
   Result<const model::LayerWeights*> layer(uint32_t il) override;
   Result<std::vector<model::ExpertWeights>> experts(uint32_t il, std::span<const int32_t> ids) override;
   uint32_t max_experts_per_call() const override;
+  bool wants_expert_guesses() const override { return plan_.mode == Residency::kStreamExperts; }
+  void prefetch_experts(uint32_t il, std::span<const int32_t> ids) override;
+  const model::LayerWeights* resident_layer(uint32_t il) const override {
+    return il < layers_.size() ? &layers_[il] : nullptr;
+  }
 
   const WeightPlan& plan() const { return plan_; }
   DiskStats stats() const;

@@ -51,6 +51,7 @@ class Forward {
   Status attention_block(const LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv);
   void dense_ffn(const LayerWeights& lw, int64_t n);
   Status moe_ffn(const LayerWeights& lw, uint32_t il, int64_t n);
+  void guess_next_experts(uint32_t next);
 
   const ModelSpec& s_;
   WeightSource& w_;

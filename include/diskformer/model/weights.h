@@ -92,6 +92,13 @@ class WeightSource {
   virtual Result<std::vector<ExpertWeights>> experts(uint32_t il, std::span<const int32_t> ids) = 0;
   // The most distinct experts one experts() call may ask for (a streaming pool's size); 0 = no limit.
   virtual uint32_t max_experts_per_call() const { return 0; }
+  // Experts of block il likely needed soon: a streaming source starts reading them and returns at once.
+  // wants_expert_guesses() says whether guessing is worth the router products.
+  virtual bool wants_expert_guesses() const { return false; }
+  virtual void prefetch_experts(uint32_t il, std::span<const int32_t> ids) {}
+  // The dense tensors of block il where they stay resident (a guess needs the next block's norm and router
+  // without disturbing a layer stream), nullptr otherwise.
+  virtual const LayerWeights* resident_layer(uint32_t il) const { return nullptr; }
 };
 
 // A Mat over a tensor whose bytes start at data (as laid out in the file).
