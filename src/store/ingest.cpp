@@ -37,7 +37,7 @@ struct Job {
 };
 
 // Every tensor byte of the source belongs to exactly one place in the store: its record or its global tensor.
-std::vector<Job> plan_jobs(const RecordMap& from, const RecordMap& to) {
+Result<std::vector<Job>> plan_jobs(const RecordMap& from, const RecordMap& to) {
   std::vector<Job> jobs;
   DF_CHECK(from.globals().size() == to.globals().size());
   for (size_t i = 0; i < from.globals().size(); ++i)
@@ -55,7 +55,12 @@ std::vector<Job> plan_jobs(const RecordMap& from, const RecordMap& to) {
   }
   std::erase_if(jobs, [](const Job& j) { return j.len == 0; });
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.src < b.src; });
-  for (size_t i = 1; i < jobs.size(); ++i) DF_CHECK(jobs[i - 1].src + jobs[i - 1].len <= jobs[i].src);
+  // A hostile header can declare tensors that share bytes; a store needs each byte in one place.
+  for (size_t i = 1; i < jobs.size(); ++i)
+    if (jobs[i - 1].src + jobs[i - 1].len > jobs[i].src)
+      return Error{from.path() + ": tensor data overlaps at offset " + std::to_string(jobs[i].src) +
+                   " (a range of " + std::to_string(jobs[i - 1].len) + " bytes at " + std::to_string(jobs[i - 1].src) +
+                   " runs into it)"};
   return jobs;
 }
 
@@ -84,7 +89,7 @@ Result<Plan> make_plan(Source& src, const std::string& data_path) {
   DF_ASSIGN(gguf::File f, read_header(src, p.fp, p.header));
   DF_ASSIGN(RecordMap in_place, RecordMap::in_place(f));
   DF_ASSIGN(p.repacked, RecordMap::repacked(f, data_path));
-  p.jobs = plan_jobs(in_place, p.repacked);
+  DF_ASSIGN(p.jobs, plan_jobs(in_place, p.repacked));
   for (const auto& j : p.jobs) {
     p.done_before.push_back(p.total);
     p.total += j.len;

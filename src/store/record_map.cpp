@@ -58,7 +58,7 @@ Result<RecordMap> RecordMap::build(const gguf::File& f) {
       continue;
     }
     uint64_t n_exp = t.shape.size() >= 2 ? t.shape.back() : 0;
-    if (n_exp == 0 || t.n_bytes % n_exp != 0)
+    if (n_exp == 0 || n_exp > UINT32_MAX || t.n_bytes % n_exp != 0)
       return Error{f.path + ": tensor " + t.name + " at offset " + std::to_string(t.info_offset) + ": " +
                    std::to_string(t.n_bytes) + " bytes do not split into " + std::to_string(n_exp) +
                    " equal expert slices along its last dimension"};

@@ -6,12 +6,14 @@
 #include <sys/mount.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
+#include "diskformer/gguf/reader.h"
 #include "diskformer/store/store.h"
 #include "store/store_test_util.h"
 
@@ -219,6 +221,25 @@ TEST(Ingest, ProgressLinesWhenNotATerminalAndQuietSilences) {
   auto missing = run_cli({"ingest", "-m", (tmp / "nope.gguf").string(), "--store", (tmp / "d").string()}, tmp);
   EXPECT_EQ(missing.code, 1);
   EXPECT_NE(missing.err.find("nope.gguf"), std::string::npos) << missing.err;
+}
+
+TEST(Ingest, OverlappingTensorsAreRefusedNotAborted) {
+  DF_REQUIRE_SHARED(model, "models/qwen3-q4_0.gguf");
+  fs::path tmp = test::temp_dir("overlap");
+  auto f = gguf::read_file(model.string());
+  ASSERT_TRUE(f.ok());
+  // Point the third tensor's data at the second one's: its offset field ends its info record.
+  const gguf::TensorInfo &a = f->tensors[1], &b = f->tensors[2];
+  uint64_t field = b.info_offset + 8 + b.name.size() + 4 + 8 * b.shape.size() + 4;
+  std::string bytes = test::slurp(model);
+  uint64_t rel = a.offset - f->data_offset;
+  std::memcpy(bytes.data() + field, &rel, sizeof rel);
+  std::ofstream(tmp / "bad.gguf", std::ios::binary) << bytes;
+  auto r = run_cli({"ingest", "-m", (tmp / "bad.gguf").string(), "--store", (tmp / "s").string()}, tmp);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("bad.gguf"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("offset"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(tmp / "s" / kManifestFile));
 }
 
 TEST(Ingest, ProgressBarOnATerminal) {
