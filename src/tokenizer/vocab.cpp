@@ -311,9 +311,9 @@ Status read_special_ids(const gguf::File& f, Vocab& v) {
     if (id >= 0 && !v.valid(id)) id = kNoToken;  // a default outside this vocabulary is disabled
     const gguf::Value* val = f.find(s.key);
     if (!val) continue;
-    auto u = val->to_u64();
-    if (!u) return key_error(f, s.key, "expected an unsigned integer, found " + val->summary());
-    if (*u < v.n_vocab()) id = static_cast<int32_t>(*u);  // an id out of range keeps the default, as llama.cpp
+    if (!val->is_integer()) return key_error(f, s.key, "expected an integer token id, found " + val->summary());
+    auto u = val->to_u64();  // a negative id means "none" and keeps the default
+    if (u && *u < v.n_vocab()) id = static_cast<int32_t>(*u);  // out of range keeps the default, as llama.cpp
   }
   DF_ASSIGN(auto add_bos, optional_bool(f, "tokenizer.ggml.add_bos_token"));
   DF_ASSIGN(auto add_eos, optional_bool(f, "tokenizer.ggml.add_eos_token"));

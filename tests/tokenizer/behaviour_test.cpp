@@ -261,6 +261,22 @@ TEST(Errors, MissingMergesAndWrongTypesNameTheKey) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.error().message.find("tokenizer.ggml.token_type"), std::string::npos) << t.error().message;
 
+  gguf::File bad_id = *f;
+  for (auto& kv : bad_id.metadata)
+    if (kv.key == "tokenizer.ggml.bos_token_id") kv.value = gguf::Value::string("50256");
+  bad_id.reindex();
+  t = Tokenizer::from_gguf(bad_id);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("tokenizer.ggml.bos_token_id"), std::string::npos) << t.error().message;
+
+  gguf::File far_id = *f;  // an id outside the vocabulary keeps the model type's default (llama.cpp warns)
+  for (auto& kv : far_id.metadata)
+    if (kv.key == "tokenizer.ggml.eos_token_id") kv.value = gguf::Value::u32(999999);
+  far_id.reindex();
+  t = Tokenizer::from_gguf(far_id);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->eos(), 11);
+
   gguf::File no_vocab = *f;
   std::erase_if(no_vocab.metadata, [](const gguf::KeyValue& kv) { return kv.key.starts_with("tokenizer."); });
   no_vocab.reindex();
