@@ -6,6 +6,7 @@
 #include <future>
 #include <thread>
 
+#include "diskformer/backend/cpu/numeric.h"
 #include "diskformer/gguf/reader.h"
 #include "diskformer/gguf/writer.h"
 #include "diskformer/util/check.h"
@@ -16,6 +17,8 @@ namespace {
 
 using gguf::GgmlType;
 using gguf::Value;
+using cpu::f32_to_bf16;
+using cpu::f32_to_f16;
 
 // splitmix64: seeds and fast, well-mixed 64-bit words.
 struct Rng {
@@ -32,36 +35,6 @@ struct Rng {
 uint64_t mix(uint64_t a, uint64_t b) {
   Rng r{a * 0x9e3779b97f4a7c15ULL ^ b};
   return r.next();
-}
-
-uint16_t f32_to_f16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000;
-  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = x & 0x7fffff;
-  if (exp <= 0) {  // subnormal or zero in half precision
-    if (exp < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000;
-    uint32_t shift = static_cast<uint32_t>(14 - exp);
-    uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1);
-    uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00);
-  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
-  uint32_t rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
-  return static_cast<uint16_t>(half);
-}
-
-uint16_t f32_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  x += 0x7fff + ((x >> 16) & 1);  // round to nearest even; generated values are finite
-  return static_cast<uint16_t>(x >> 16);
 }
 
 // Uniform nibbles 0..15 with 0 remapped to 8: codes 1..15 (values -7..7, zero twice as likely). The distribution

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "diskformer/util/result.h"
+
 namespace df::cuda {
 
 struct DeviceInfo {
@@ -20,5 +22,14 @@ DeviceInfo query_devices();
 // Adds one to each of n floats on device 0 and copies them back: proves that code built here runs there.
 // Returns false with a reason when no device can run it.
 bool selftest_add_one(float* host_values, int n, std::string* why);
+
+// Pinned host-to-GPU copy bandwidth on device 0, in GB/s (1e9 bytes per second), best of a few repeats:
+// one copy of total_bytes, and the same bytes as back-to-back copies of record_bytes each (the expert-streaming
+// pattern: one cudaMemcpyAsync per record on one stream).
+struct LinkBandwidth {
+  double one_copy_GBps = 0;
+  double record_copies_GBps = 0;
+};
+Result<LinkBandwidth> measure_pinned_h2d(uint64_t total_bytes, uint64_t record_bytes);
 
 }  // namespace df::cuda
