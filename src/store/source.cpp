@@ -54,14 +54,25 @@ class LocalSource final : public Source {
   Fingerprint fp_;
 };
 
+// The parser reads its windows front to back: keeping them gives the header's bytes without reading them twice
+// (over HTTP, the header of a large vocabulary is megabytes).
 class SourceBytes final : public gguf::ByteSource {
  public:
   explicit SourceBytes(Source& s) : s_(s) {}
   uint64_t size() const override { return s_.size(); }
-  Status read_at(uint64_t offset, void* dst, size_t n) override { return s_.read(offset, dst, n); }
+  Status read_at(uint64_t offset, void* dst, size_t n) override {
+    DF_TRY(s_.read(offset, dst, n));
+    if (offset <= prefix_.size() && offset + n > prefix_.size()) {
+      size_t skip = static_cast<size_t>(prefix_.size() - offset);
+      prefix_.append(static_cast<const char*>(dst) + skip, n - skip);
+    }
+    return {};
+  }
+  std::string& prefix() { return prefix_; }  // bytes [0, prefix().size()) of the source
 
  private:
   Source& s_;
+  std::string prefix_;
 };
 
 class HeaderBytes final : public gguf::ByteSource {
@@ -131,8 +142,13 @@ Result<gguf::File> read_header(Source& src, Fingerprint& fp, std::string& header
   fp = src.fingerprint();
   SourceBytes bytes(src);
   DF_ASSIGN(gguf::File f, gguf::parse(bytes, src.location()));
-  header.resize(static_cast<size_t>(f.data_offset));
-  DF_TRY(src.read(0, header.data(), header.size()));
+  if (bytes.prefix().size() >= f.data_offset) {
+    header = std::move(bytes.prefix());
+    header.resize(static_cast<size_t>(f.data_offset));
+  } else {
+    header.resize(static_cast<size_t>(f.data_offset));
+    DF_TRY(src.read(0, header.data(), header.size()));
+  }
   fp.header_bytes = f.data_offset;
   fp.header_hash = hash_text(fnv1a64(header.data(), header.size()));
   return f;
