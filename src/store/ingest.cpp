@@ -241,7 +241,8 @@ Status run_once(const IngestOptions& o, RunState& rs) {
         if (!foreign.empty() && !o.force)
           return Error{o.dir + ": holds " + foreign + "; refusing to resume it (pass --force to start over)"};
         std::string change = describe_change(h->source, plan.fp);
-        uint64_t done = j.value("done", uint64_t{0});
+        auto done_it = j.find("done");
+        uint64_t done = done_it != j.end() && done_it->is_number_unsigned() ? done_it->get<uint64_t>() : 0;
         struct stat st {};
         bool data_ok = ::stat(data_path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == h->data_bytes &&
                        h->data_bytes == plan.repacked.file_bytes();

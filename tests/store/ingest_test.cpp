@@ -157,6 +157,38 @@ TEST(Ingest, SourceChangedBetweenRunsStartsOver) {
   EXPECT_TRUE(Store::open(dir.string(), {.source = m.string()}).ok());
 }
 
+TEST(Ingest, DamagedCheckpointStartsOver) {
+  DF_REQUIRE_SHARED(model, "models/qwen3-q4_0.gguf");
+  fs::path tmp = test::temp_dir("damaged");
+  fs::path dir = tmp / "store";
+  auto clean = run_cli({"ingest", "-m", model.string(), "--store", (tmp / "clean").string(), "--quiet"}, tmp);
+  ASSERT_EQ(clean.code, 0) << clean.err;
+  for (const char* damage : {"done", "json", "data"}) {
+    SCOPED_TRACE(damage);
+    ASSERT_EQ(ingest_killed_after(model, dir, 100, tmp, nullptr, true), 128 + SIGKILL);
+    ASSERT_TRUE(fs::exists(dir / kProgressFile));
+    std::string expect;
+    if (std::string(damage) == "done") {
+      auto j = nlohmann::json::parse(test::slurp(dir / kProgressFile));
+      j["done"] = "half";
+      std::ofstream(dir / kProgressFile) << j.dump();
+      expect = "does not match its checkpoint";
+    } else if (std::string(damage) == "json") {
+      std::ofstream(dir / kProgressFile) << "{\"format\": ";
+      expect = "not valid JSON";
+    } else {
+      fs::resize_file(dir / kDataFile, 4096);
+      expect = "does not match its checkpoint";
+    }
+    auto r = run_cli({"ingest", "-m", model.string(), "--store", dir.string()}, tmp);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("starting over"), std::string::npos) << r.err;
+    expect_same_store(dir, tmp / "clean");
+    fs::remove(dir / kManifestFile);  // the next round starts from an unfinished store again
+  }
+}
+
 TEST(Ingest, FullDiskEndsWithAMessageAndNoCompleteStore) {
   DF_REQUIRE_SHARED(model, "models/qwen3moe-q8_0.gguf");
   fs::path tmp = test::temp_dir("full");
