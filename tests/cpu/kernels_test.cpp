@@ -108,6 +108,25 @@ TEST(Kernels, QuantizedDotsMatchScalarAndReference) {
     const float s8 = s.dot_q8_0_q8_0(n, w8.data(), a.data());
     EXPECT_NEAR(s4, ref4, 1e-4 * (1 + std::fabs(ref4))) << n;
     EXPECT_NEAR(s8, ref8, 1e-4 * (1 + std::fabs(ref8))) << n;
+    // Four activation rows at once give each row's single result.
+    std::vector<std::vector<BlockQ8_0>> rows(4, std::vector<BlockQ8_0>(size_t(n / 32)));
+    const BlockQ8_0* a4[4];
+    for (int t = 0; t < 4; ++t) {
+      auto v = randn(size_t(n), uint64_t(n) * 7 + uint64_t(t));
+      s.quantize_q8_0(v.data(), rows[size_t(t)].data(), n);
+      a4[t] = rows[size_t(t)].data();
+    }
+    std::vector<const Kernels*> all = simd_tables();
+    all.push_back(&s);
+    for (const Kernels* k : all) {
+      float o4[4], o8[4];
+      k->dot4_q4_0_q8_0(n, w4.data(), a4, o4);
+      k->dot4_q8_0_q8_0(n, w8.data(), a4, o8);
+      for (int t = 0; t < 4; ++t) {
+        EXPECT_EQ(bits(o4[t]), bits(s.dot_q4_0_q8_0(n, w4.data(), a4[t]))) << k->name << " n=" << n;
+        EXPECT_EQ(bits(o8[t]), bits(s.dot_q8_0_q8_0(n, w8.data(), a4[t]))) << k->name << " n=" << n;
+      }
+    }
     for (const Kernels* k : simd_tables()) {
       EXPECT_EQ(bits(s4), bits(k->dot_q4_0_q8_0(n, w4.data(), a.data()))) << k->name << " n=" << n;
       EXPECT_EQ(bits(s8), bits(k->dot_q8_0_q8_0(n, w8.data(), a.data()))) << k->name << " n=" << n;
@@ -193,20 +212,22 @@ TEST(ThreadPool, RunsEveryTaskOnceAcrossManyJobs) {
 }
 
 TEST(Ops, MatmulIsIndependentOfThreadsAndBatch) {
-  // A Q4_0 matrix of 48 rows x 128 columns against 3 activation rows.
+  // A Q4_0 matrix of 48 rows x 128 columns against 6 activation rows (a group of four and a tail of two).
   auto blocks = random_q4_0(48 * 4, 99);
   model::Mat w{gguf::GgmlType::Q4_0, reinterpret_cast<const uint8_t*>(blocks.data()), 128, 48, 4 * sizeof(BlockQ4_0)};
-  auto x = randn(3 * 128, 5);
-  std::vector<float> y1(3 * 48), y3(3 * 48), one(48);
+  auto x = randn(6 * 128, 5);
+  std::vector<float> y1(6 * 48), y3(6 * 48), one(48);
   Context c1;
-  matmul(c1, w, x.data(), 3, y1.data());
+  matmul(c1, w, x.data(), 6, y1.data());
   ThreadPool pool(3);
   Context c3;
   c3.pool = &pool;
-  matmul(c3, w, x.data(), 3, y3.data());
+  matmul(c3, w, x.data(), 6, y3.data());
   EXPECT_EQ(y1, y3);
-  matmul(c1, w, x.data() + 2 * 128, 1, one.data());
-  EXPECT_EQ(std::vector<float>(y1.begin() + 2 * 48, y1.end()), one);
+  for (int t = 0; t < 6; ++t) {
+    matmul(c1, w, x.data() + t * 128, 1, one.data());
+    EXPECT_EQ(std::vector<float>(y1.begin() + t * 48, y1.begin() + (t + 1) * 48), one) << "token " << t;
+  }
 }
 
 TEST(Ops, RopeRotatesPairsByStyle) {

@@ -88,6 +88,32 @@ DF_AVX2 float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
   return hsum_lanes8(acc);
 }
 
+DF_AVX2 void dot4_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i x = unpack_q4_0(w[b].qs);
+    const float dw = f16_to_f32(w[b].d);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][b].qs));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(a[t][b].d)), _mm256_cvtepi32_ps(dot_i8(x, q)), acc[t]);
+    }
+  }
+  for (int t = 0; t < 4; ++t) out[t] = hsum_lanes8(acc[t]);
+}
+
+DF_AVX2 void dot4_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* const a[4], float out[4]) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const float dw = f16_to_f32(w[b].d);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][b].qs));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(a[t][b].d)), _mm256_cvtepi32_ps(dot_i8(x, q)), acc[t]);
+    }
+  }
+  for (int t = 0; t < 4; ++t) out[t] = hsum_lanes8(acc[t]);
+}
+
 DF_AVX2 inline __m256 load_f16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -144,6 +170,8 @@ const Kernels* avx2_kernels() {
       .to_bf16 = to_bf16,
       .dot_q4_0_q8_0 = dot_q4_0_q8_0,
       .dot_q8_0_q8_0 = dot_q8_0_q8_0,
+      .dot4_q4_0_q8_0 = dot4_q4_0_q8_0,
+      .dot4_q8_0_q8_0 = dot4_q8_0_q8_0,
       .dot_f16 = dot_f16,
       .dot_bf16 = dot_bf16,
       .dot_f32 = dot_f32,

@@ -77,6 +77,34 @@ DF_AVX512 float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a)
   return sum_lanes(acc);
 }
 
+DF_AVX512 void dot4_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
+  const __m256i bias = _mm256_set1_epi8(8);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i u = nibbles_q4_0(w[b].qs);
+    const float dw = f16_to_f32(w[b].d);
+    for (int t = 0; t < 4; ++t) {
+      const __m256 p = _mm256_cvtepi32_ps(lanes_u8(u, load32(a[t][b].qs), bias));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(a[t][b].d)), p, acc[t]);
+    }
+  }
+  for (int t = 0; t < 4; ++t) out[t] = sum_lanes(acc[t]);
+}
+
+DF_AVX512 void dot4_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* const a[4], float out[4]) {
+  const __m256i flip = _mm256_set1_epi8(char(0x80));
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i u = _mm256_xor_si256(load32(w[b].qs), flip);
+    const float dw = f16_to_f32(w[b].d);
+    for (int t = 0; t < 4; ++t) {
+      const __m256 p = _mm256_cvtepi32_ps(lanes_u8(u, load32(a[t][b].qs), flip));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(a[t][b].d)), p, acc[t]);
+    }
+  }
+  for (int t = 0; t < 4; ++t) out[t] = sum_lanes(acc[t]);
+}
+
 }  // namespace
 
 const Kernels* avx512_kernels() {
@@ -89,6 +117,8 @@ const Kernels* avx512_kernels() {
     k.name = "avx512";
     k.dot_q4_0_q8_0 = dot_q4_0_q8_0;
     k.dot_q8_0_q8_0 = dot_q8_0_q8_0;
+    k.dot4_q4_0_q8_0 = dot4_q4_0_q8_0;
+    k.dot4_q8_0_q8_0 = dot4_q8_0_q8_0;
     return &k;
   }();
   return table;

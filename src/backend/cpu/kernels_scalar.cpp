@@ -58,6 +58,13 @@ float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
   return lanes8_sum(l);
 }
 
+void dot4_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
+  for (int t = 0; t < 4; ++t) out[t] = dot_q4_0_q8_0(n, w, a[t]);
+}
+void dot4_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* const a[4], float out[4]) {
+  for (int t = 0; t < 4; ++t) out[t] = dot_q8_0_q8_0(n, w, a[t]);
+}
+
 template <typename Load>
 float lanes8_dot(int64_t n, Load load) {
   float l[8] = {};
@@ -95,6 +102,8 @@ const Kernels& scalar_kernels() {
       .to_bf16 = to_bf16,
       .dot_q4_0_q8_0 = dot_q4_0_q8_0,
       .dot_q8_0_q8_0 = dot_q8_0_q8_0,
+      .dot4_q4_0_q8_0 = dot4_q4_0_q8_0,
+      .dot4_q8_0_q8_0 = dot4_q8_0_q8_0,
       .dot_f16 = dot_f16,
       .dot_bf16 = dot_bf16,
       .dot_f32 = dot_f32,

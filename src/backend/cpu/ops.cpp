@@ -96,9 +96,23 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     const uint64_t arb = act_row_bytes(w.type, w.cols);
     const uint8_t* act = ctx.act.data() + act_off[ji];
     const int64_t r1 = std::min(w.rows, r0 + chunk);
+    const bool q4 = w.type == GgmlType::Q4_0, q8 = w.type == GgmlType::Q8_0;
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* wr = w.row(r);
-      for (int64_t t = 0; t < jb.n_tok; ++t) jb.y[t * w.rows + r] = dot_row(k, w.type, w.cols, wr, act + t * arb);
+      int64_t t = 0;
+      if (q4 || q8)
+        for (; t + 4 <= jb.n_tok; t += 4) {
+          const BlockQ8_0* a4[4];
+          for (int i = 0; i < 4; ++i) a4[i] = reinterpret_cast<const BlockQ8_0*>(act + (t + i) * arb);
+          float out[4];
+          if (q4) {
+            k.dot4_q4_0_q8_0(w.cols, reinterpret_cast<const BlockQ4_0*>(wr), a4, out);
+          } else {
+            k.dot4_q8_0_q8_0(w.cols, reinterpret_cast<const BlockQ8_0*>(wr), a4, out);
+          }
+          for (int i = 0; i < 4; ++i) jb.y[(t + i) * w.rows + r] = out[i];
+        }
+      for (; t < jb.n_tok; ++t) jb.y[t * w.rows + r] = dot_row(k, w.type, w.cols, wr, act + t * arb);
     }
   });
 }

@@ -26,6 +26,10 @@ struct Kernels {
   // Dot products of n elements (n % 32 == 0 for the quantized ones).
   float (*dot_q4_0_q8_0)(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a);
   float (*dot_q8_0_q8_0)(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a);
+  // One weight row against four activation rows (prefill): out[t] equals dot(n, w, a[t]) bit for bit, the weight
+  // row being unpacked once.
+  void (*dot4_q4_0_q8_0)(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]);
+  void (*dot4_q8_0_q8_0)(int64_t n, const BlockQ8_0* w, const BlockQ8_0* const a[4], float out[4]);
   float (*dot_f16)(int64_t n, const uint16_t* w, const uint16_t* a);
   float (*dot_bf16)(int64_t n, const uint16_t* w, const uint16_t* a);
   float (*dot_f32)(int64_t n, const float* w, const float* a);
