@@ -137,6 +137,7 @@ int cmd_bench(int argc, char** argv) {
       }
       model->weights().reset_stream_stats();
       const auto disk0 = model->weights().stats();
+      const uint64_t ram0 = model->context().weight_bytes_read;
       std::vector<double> pre, dec, wgbs;
       double timed_s = 0;
       for (int64_t r = 0; r < *reps; ++r) {
@@ -170,7 +171,7 @@ int cmd_bench(int argc, char** argv) {
                 {"gpu_mem_peak_bytes", nullptr},
                 {"rss_peak_bytes", engine::peak_rss_bytes()},
                 {"expert_hit_rate", streams && st.cache.lookups() ? json(st.cache.hit_rate()) : json(nullptr)},
-                {"bytes_from_ram", model->context().weight_bytes_read},
+                {"bytes_from_ram", model->context().weight_bytes_read - ram0},
                 {"bytes_from_disk", disk_bytes},
                 {"h2d_GBps", nullptr},
                 {"disk_GBps", streams ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
