@@ -11,6 +11,7 @@ int cmd_measure(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_render_template(int argc, char** argv);
 int cmd_run(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
 
