@@ -1,0 +1,134 @@
+// A model with every weight resident in GPU memory, and sessions that run the forward pass on the GPU for the
+// llama (dense and the Mixtral layout), qwen3 and qwen3moe families: the same ModelSpec, tensor binding and
+// arithmetic as the CPU engine (model/forward.cpp), calling the kernels of kernels.h.
+//
+//   DF_ASSIGN(auto host, engine::Model::open(path, {.n_ctx = 4096}));   // spec, bindings, weights via the io layer
+//   DF_ASSIGN(auto gpu, cuda::GpuModel::upload(host->spec(), host->weights()));
+//   DF_ASSIGN(auto s, cuda::GpuSession::create(*gpu, {.n_ctx = host->n_ctx()}));
+//   DF_TRY(s->eval(prompt_ids));
+//   int32_t next = s->argmax();               // greedy, on the GPU
+//   std::span<const float> l = s->logits();   // or the logits, copied back
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "diskformer/backend/cuda/buffer.h"
+#include "diskformer/backend/cuda/kernels.h"
+#include "diskformer/model/spec.h"
+#include "diskformer/model/weights.h"
+#include "diskformer/util/result.h"
+
+namespace df::cuda {
+
+// One tensor in device memory: the owner of the bytes and the matrix view the kernels read.
+struct DTensor {
+  DeviceBuffer buf;
+  DMat m;
+  const float* f32() const { return reinterpret_cast<const float*>(m.data); }
+  bool present() const { return m.data != nullptr; }
+};
+
+struct GpuLayer {
+  DTensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm;  // shapes as model::LayerWeights
+  DTensor ffn_gate, ffn_up, ffn_down;                           // dense layers
+  DTensor gate_inp;                                             // router [n_expert] x [n_embd]
+  // Routed experts stacked as in the file: m describes expert 0 ([n_ff_expert] x [n_embd], down [n_embd] x
+  // [n_ff_expert]); expert e starts at m.data + e * expert_stride.
+  DTensor gate_exps, up_exps, down_exps;
+  uint64_t gate_stride = 0, up_stride = 0, down_stride = 0;
+};
+
+class GpuModel {
+ public:
+  // Copies every weight that `weights` hands out (dense tensors per layer, all experts of every MoE layer, in chunks
+  // of max_experts_per_call) to the current device. Errors: a weight type the kernels do not multiply, a tensor
+  // whose shape disagrees with the spec, not enough GPU memory (with the sizes).
+  static Result<std::unique_ptr<GpuModel>> upload(const model::ModelSpec& spec, model::WeightSource& weights);
+
+  const model::ModelSpec& spec() const { return spec_; }
+  uint64_t device_bytes() const { return bytes_; }
+  const DMat& token_embd() const { return token_embd_.m; }
+  const DMat& output() const { return output_shared_ ? token_embd_.m : output_.m; }
+  const float* output_norm() const { return output_norm_.f32(); }
+  const GpuLayer& layer(uint32_t il) const { return layers_[il]; }
+
+ private:
+  GpuModel() = default;
+  Result<DTensor> put(const model::Mat& m, const std::string& what);
+
+  model::ModelSpec spec_;
+  DTensor token_embd_, output_norm_, output_;
+  bool output_shared_ = false;  // tied embeddings: output() reads token_embd
+  std::vector<GpuLayer> layers_;
+  uint64_t bytes_ = 0;
+};
+
+struct GpuSessionOptions {
+  uint32_t n_ctx = 4096;      // KV cache positions
+  uint32_t max_batch = 512;   // tokens per forward pass; longer evals are split
+  bool decode_graph = false;  // replay single-token steps from a captured CUDA graph
+};
+
+// One sequence on the GPU: its KV cache (f16, [n_layer][n_ctx][kv_dim]), work buffers, a stream of its own.
+class GpuSession {
+ public:
+  static Result<std::unique_ptr<GpuSession>> create(const GpuModel& model, const GpuSessionOptions& options = {});
+  ~GpuSession();
+  GpuSession(const GpuSession&) = delete;
+  GpuSession& operator=(const GpuSession&) = delete;
+
+  // Runs tokens after the n_past() cached positions (in batches of max_batch). all_logits keeps the logits of every
+  // token of this call ([n][n_vocab] in logits()), otherwise only the last token's. Errors: context overflow, a
+  // token outside the vocabulary (nothing is run then).
+  Status eval(std::span<const int32_t> tokens, bool all_logits = false);
+  // The logits of the last eval, copied from the device on first use.
+  std::span<const float> logits();
+  // Greedy choice for the last evaluated token, computed on the device (the first maximum, as the CPU sampler).
+  int32_t argmax();
+
+  uint32_t n_past() const { return n_past_; }
+  uint32_t n_ctx() const { return opt_.n_ctx; }
+  // Forgets positions from n_keep on (their cache entries are overwritten by the next eval).
+  void truncate(uint32_t n_keep);
+
+ private:
+  GpuSession(const GpuModel& m, const GpuSessionOptions& o) : model_(m), opt_(o) {}
+  Status allocate();
+  // One batch of n <= max_batch tokens whose ids and positions are already in tok_/pos_; logits of the last token or
+  // of all n into `logits`.
+  void forward(int64_t n, bool all_logits, float* logits);
+  void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
+  void ffn_block(const GpuLayer& l, int64_t n);
+  void decode_step_graph();
+
+  const GpuModel& model_;
+  GpuSessionOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  uint32_t n_past_ = 0;
+
+  DeviceBuffer k_cache_, v_cache_;  // [n_layer][n_ctx][kv_dim_k or kv_dim_v] f16
+  DeviceBuffer rope_table_;         // [n_ctx][n_rot / 2][cos, sin]
+  DeviceBuffer tok_, pos_;          // [max_batch] int32
+  DeviceBuffer x_, xn_, q_, k_, v_, attn_, proj_;  // activations, [max_batch][...]
+  DeviceBuffer gate_, up_;          // [max_batch][max(n_ff, n_expert_used * n_ff_expert)]
+  DeviceBuffer router_, ids_, wts_, expert_out_;
+  DeviceBuffer scratch_;            // Q8_0 activations of the current product
+  DeviceBuffer logits_dev_;         // [rows][n_vocab]
+  DeviceBuffer next_;               // [1] int32: argmax result
+  uint64_t logits_rows_cap_ = 0;
+
+  std::vector<float> logits_host_;
+  uint64_t logits_rows_ = 0;  // rows the last eval produced
+  bool logits_fresh_ = false;  // logits_host_ holds them
+
+  cudaGraphExec_t graph_ = nullptr;  // the captured single-token step (decode_graph)
+  std::vector<int32_t> staging_;     // host ids and positions of one batch
+};
+
+}  // namespace df::cuda

@@ -1,0 +1,194 @@
+// The CUDA kernels of the forward pass behind typed launch wrappers. Every wrapper checks its arguments (DF_CHECK),
+// launches on the given stream and checks the launch; pointers are device memory unless a field says otherwise.
+// Each kernel reproduces the arithmetic of its CPU reference in include/diskformer/backend/cpu/ (ops.h, kernels.h);
+// where the summation order differs (dot products, reductions) tests/gpu states the tolerance.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "diskformer/gguf/types.h"
+#include "diskformer/model/spec.h"
+
+namespace df::cuda {
+
+// A matrix in device memory, laid out as the file stores it (model::Mat): row r at data + r * row_bytes.
+struct DMat {
+  gguf::GgmlType type = gguf::GgmlType::F32;
+  const uint8_t* data = nullptr;
+  int64_t cols = 0;
+  int64_t rows = 0;
+  uint64_t row_bytes = 0;
+};
+
+// Weight types the matrix products take: F32, F16, BF16, Q8_0, Q4_0.
+bool matmul_type_supported(gguf::GgmlType t);
+
+// Bytes of the Q8_0 activation scratch a product with `cols` columns over `n_vec` input vectors needs
+// (0 for float weight types).
+uint64_t q8_scratch_bytes(gguf::GgmlType weight_type, int64_t cols, int64_t n_vec);
+
+// x [n_rows][cols] f32 -> y [n_rows][cols / 32] Q8_0 blocks (34 bytes each), exactly as cpu::Kernels::quantize_q8_0.
+struct QuantizeQ8Args {
+  const float* x = nullptr;
+  uint8_t* y = nullptr;
+  int64_t n_rows = 0, cols = 0;  // cols % 32 == 0
+  cudaStream_t stream = nullptr;
+};
+void quantize_q8_0(const QuantizeQ8Args& a);
+
+// y[t][r] = dot(W row r, x[t]) for t < n_tok, with the activations converted as cpu::matmul does (Q8_0 for Q4_0/Q8_0
+// weights, f16 for F16, bf16 for BF16). Decode (n_tok == 1) and prefill use the same kernel: a warp per row and a
+// tile of tokens per block column, so each weight row is read once per tile.
+struct MatmulArgs {
+  DMat w;
+  const float* x = nullptr;  // [n_tok][w.cols]
+  int64_t n_tok = 0;
+  float* y = nullptr;        // [n_tok][w.rows]; must not alias x
+  uint8_t* scratch = nullptr;  // >= q8_scratch_bytes(w.type, w.cols, n_tok) bytes (unused for float types)
+  cudaStream_t stream = nullptr;
+};
+void matmul(const MatmulArgs& a);
+
+// The routed experts of a layer in one launch: slot v = t * n_used + k multiplies expert ids[v] of a stacked expert
+// tensor (w describes one expert; expert e starts at w.data + e * expert_stride) with input row t (x_per_slot false:
+// x is [n_tok][cols], the gate and up matrices) or row v (x_per_slot true: x is [n_tok * n_used][cols], down).
+// The ids are read on the GPU, so the router's output never visits the host.
+struct MoeMatmulArgs {
+  DMat w;                       // one expert: rows x cols
+  uint64_t expert_stride = 0;   // bytes between experts (>= rows * row_bytes)
+  int32_t n_expert = 0;         // ids outside [0, n_expert) are a bug (the router writes them)
+  const int32_t* ids = nullptr; // [n_tok][n_used]
+  int64_t n_tok = 0;
+  int32_t n_used = 0;
+  const float* x = nullptr;
+  bool x_per_slot = false;
+  float* y = nullptr;           // [n_tok * n_used][w.rows]
+  uint8_t* scratch = nullptr;   // >= q8_scratch_bytes(w.type, w.cols, x_per_slot ? n_tok * n_used : n_tok)
+  cudaStream_t stream = nullptr;
+};
+void moe_matmul(const MoeMatmulArgs& a);
+
+// y = x / sqrt(mean(x^2) + eps) * weight per row (cpu::rms_norm; square sum in double). In place allowed (y == x).
+struct RmsNormArgs {
+  const float* x = nullptr;       // [n_rows][cols]
+  const float* weight = nullptr;  // [cols]
+  float* y = nullptr;             // [n_rows][cols]
+  int64_t n_rows = 0, cols = 0;
+  float eps = 1e-5f;
+  cudaStream_t stream = nullptr;
+};
+void rms_norm(const RmsNormArgs& a);
+
+// cos and sin of every (position, pair) for positions [0, n_pos), computed on the host exactly as cpu::rope does
+// (angle advanced by repeated multiplication): [n_pos][n_rot / 2] pairs of (cos, sin).
+std::vector<float> rope_table(int64_t n_pos, int n_rot, float base);
+
+// Rotates the first n_rot dimensions of every head of x [n_tok][n_heads][head_dim] in place; token t is at position
+// pos[t] (device), which must lie in the table.
+struct RopeArgs {
+  float* x = nullptr;
+  int64_t n_tok = 0;
+  int n_heads = 0, head_dim = 0, n_rot = 0;
+  const int32_t* pos = nullptr;   // [n_tok]
+  const float* table = nullptr;   // rope_table(n_pos, n_rot, base) on the device
+  int64_t n_pos = 0;
+  model::RopeStyle style = model::RopeStyle::kNormal;
+  cudaStream_t stream = nullptr;
+};
+void rope(const RopeArgs& a);
+
+// Writes the keys and values of n_tok tokens, rounded to f16, at positions pos[t] of one layer's cache.
+struct StoreKvArgs {
+  const float* k = nullptr;  // [n_tok][dim_k]
+  const float* v = nullptr;  // [n_tok][dim_v]
+  uint16_t* k_cache = nullptr;  // [n_ctx][dim_k] f16
+  uint16_t* v_cache = nullptr;  // [n_ctx][dim_v] f16
+  const int32_t* pos = nullptr;  // [n_tok], each < n_ctx
+  int64_t n_tok = 0, dim_k = 0, dim_v = 0, n_ctx = 0;
+  cudaStream_t stream = nullptr;
+};
+void store_kv(const StoreKvArgs& a);
+
+// Causal attention with GQA over one layer's f16 cache (cpu::attention): token t sees positions 0 .. pos[t]. q is
+// rounded to f16, scores are f32, the online softmax keeps its value accumulator in f16 as ggml's CPU code does.
+// One kernel serves decode (n_tok == 1) and a prefill batch.
+struct AttentionArgs {
+  const float* q = nullptr;        // [n_tok][n_head * head_dim_k]
+  const uint16_t* k = nullptr;     // [n_ctx][n_head_kv * head_dim_k] f16
+  const uint16_t* v = nullptr;     // [n_ctx][n_head_kv * head_dim_v] f16
+  float* out = nullptr;            // [n_tok][n_head * head_dim_v]
+  const int32_t* pos = nullptr;    // [n_tok]
+  int n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;  // head dims <= 256
+  int64_t n_tok = 0;
+  float scale = 1.0f;
+  cudaStream_t stream = nullptr;
+};
+void attention(const AttentionArgs& a);
+
+// y[i] = silu(gate[i]) * up[i] (y may be gate).
+struct SwigluArgs {
+  const float* gate = nullptr;
+  const float* up = nullptr;
+  float* y = nullptr;
+  int64_t n = 0;
+  cudaStream_t stream = nullptr;
+};
+void swiglu(const SwigluArgs& a);
+
+// x[i] += y[i]: the residual connection.
+struct AddArgs {
+  float* x = nullptr;
+  const float* y = nullptr;
+  int64_t n = 0;
+  cudaStream_t stream = nullptr;
+};
+void add(const AddArgs& a);
+
+// Routing of each token (the CPU engine's moe_ffn): softmax over all n_expert router logits, the n_used largest
+// (ties: the lower id first), weights renormalized over the selected when norm_topk (the Mixtral layout's softmax
+// over the selected equals this).
+struct RouteArgs {
+  const float* logits = nullptr;  // [n_tok][n_expert]
+  int64_t n_tok = 0;
+  int n_expert = 0, n_used = 0;   // n_expert <= 1024, n_used <= 32
+  bool norm_topk = true;
+  int32_t* ids = nullptr;         // [n_tok][n_used] out
+  float* weights = nullptr;       // [n_tok][n_used] out
+  cudaStream_t stream = nullptr;
+};
+void route(const RouteArgs& a);
+
+// out[t] = sum over k in order of weights[t][k] * expert_out[t][k] (the CPU engine's combine order).
+struct MoeCombineArgs {
+  const float* expert_out = nullptr;  // [n_tok][n_used][n_embd]
+  const float* weights = nullptr;     // [n_tok][n_used]
+  float* out = nullptr;               // [n_tok][n_embd]
+  int64_t n_tok = 0, n_embd = 0;
+  int n_used = 0;
+  cudaStream_t stream = nullptr;
+};
+void moe_combine(const MoeCombineArgs& a);
+
+// out[i] = row ids[i] of the table, dequantized (cpu::get_row).
+struct GetRowsArgs {
+  DMat table;
+  const int32_t* ids = nullptr;  // [n] (device), each < table.rows
+  int64_t n = 0;
+  float* out = nullptr;          // [n][table.cols]
+  cudaStream_t stream = nullptr;
+};
+void get_rows(const GetRowsArgs& a);
+
+// out[r] = the index of the largest of x[r][0 .. n) (the first on ties, as the CPU sampler's argmax).
+struct ArgmaxArgs {
+  const float* x = nullptr;  // [n_rows][n]
+  int64_t n_rows = 0, n = 0;
+  int32_t* out = nullptr;    // [n_rows]
+  cudaStream_t stream = nullptr;
+};
+void argmax(const ArgmaxArgs& a);
+
+}  // namespace df::cuda

@@ -1,0 +1,135 @@
+// Element-wise steps of the forward pass: SwiGLU, the residual add, KV cache stores (f16) and embedding row gathers.
+// Roundings are spelled out (__f*_rn) where the CPU code rounds each operation, so nvcc does not fuse them.
+#include "backend/cuda/common.cuh"
+#include "diskformer/backend/cuda/check.h"
+#include "diskformer/backend/cuda/kernels.h"
+#include "diskformer/util/check.h"
+
+namespace df::cuda {
+
+using gguf::GgmlType;
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t n) {
+  const int64_t g = (n + kThreads - 1) / kThreads;
+  DF_CHECK(g > 0 && g <= 0x7fffffff);
+  return unsigned(g);
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, float* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i];
+  y[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __fadd_rn(x[i], y[i]);
+}
+
+// A thread per element of the larger of the key and value rows of one token.
+__global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v, uint16_t* __restrict__ kc,
+                                uint16_t* __restrict__ vc, const int32_t* __restrict__ pos, int64_t n_tok,
+                                int64_t dim_k, int64_t dim_v, int64_t n_ctx) {
+  const int64_t width = max(dim_k, dim_v);
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n_tok * width) return;
+  const int64_t t = idx / width, i = idx % width;
+  const int32_t p = pos[t];
+  if (p < 0 || p >= n_ctx) __trap();  // position outside the cache: a bug of the caller
+  if (i < dim_k) kc[int64_t(p) * dim_k + i] = dev::f32_to_f16(k[t * dim_k + i]);
+  if (i < dim_v) vc[int64_t(p) * dim_v + i] = dev::f32_to_f16(v[t * dim_v + i]);
+}
+
+// A block per output row; each thread dequantizes whole 32-blocks (quantized types) or single elements.
+template <GgmlType T>
+__global__ void get_rows_kernel(const uint8_t* __restrict__ table, int64_t rows, int64_t cols, uint64_t row_bytes,
+                                const int32_t* __restrict__ ids, float* __restrict__ out) {
+  const int32_t id = ids[blockIdx.x];
+  if (id < 0 || id >= rows) __trap();  // token ids are validated on the host before upload
+  const uint8_t* r = table + uint64_t(id) * row_bytes;
+  float* o = out + int64_t(blockIdx.x) * cols;
+  if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q8_0) {
+    // A thread per element: element i of block b (nibble layout of cpu::BlockQ4_0).
+    for (int64_t e = threadIdx.x; e < cols; e += blockDim.x) {
+      const int64_t b = e / dev::kQK;
+      const int i = int(e % dev::kQK);
+      if constexpr (T == GgmlType::Q4_0) {
+        const uint8_t* bb = r + b * dev::kQ4Bytes;
+        const float d = dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(bb));
+        const int q = i < 16 ? (bb[2 + i] & 0x0f) - 8 : (bb[2 + i - 16] >> 4) - 8;
+        o[e] = float(q) * d;
+      } else {
+        const uint8_t* bb = r + b * dev::kQ8Bytes;
+        const float d = dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(bb));
+        o[e] = float(int8_t(bb[2 + i])) * d;
+      }
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < cols; e += blockDim.x) {
+      if constexpr (T == GgmlType::F16) o[e] = dev::f16_to_f32(reinterpret_cast<const uint16_t*>(r)[e]);
+      else if constexpr (T == GgmlType::BF16) o[e] = dev::bf16_to_f32(reinterpret_cast<const uint16_t*>(r)[e]);
+      else o[e] = reinterpret_cast<const float*>(r)[e];
+    }
+  }
+}
+
+}  // namespace
+
+void swiglu(const SwigluArgs& a) {
+  DF_CHECK(a.gate != nullptr && a.up != nullptr && a.y != nullptr && a.n >= 0);
+  if (a.n == 0) return;
+  swiglu_kernel<<<grid_for(a.n), kThreads, 0, a.stream>>>(a.gate, a.up, a.y, a.n);
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+void add(const AddArgs& a) {
+  DF_CHECK(a.x != nullptr && a.y != nullptr && a.n >= 0);
+  if (a.n == 0) return;
+  add_kernel<<<grid_for(a.n), kThreads, 0, a.stream>>>(a.x, a.y, a.n);
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+void store_kv(const StoreKvArgs& a) {
+  DF_CHECK(a.k != nullptr && a.v != nullptr && a.k_cache != nullptr && a.v_cache != nullptr && a.pos != nullptr);
+  DF_CHECK(a.n_tok >= 0 && a.dim_k > 0 && a.dim_v > 0 && a.n_ctx > 0);
+  if (a.n_tok == 0) return;
+  store_kv_kernel<<<grid_for(a.n_tok * std::max(a.dim_k, a.dim_v)), kThreads, 0, a.stream>>>(
+      a.k, a.v, a.k_cache, a.v_cache, a.pos, a.n_tok, a.dim_k, a.dim_v, a.n_ctx);
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+void get_rows(const GetRowsArgs& a) {
+  const DMat& w = a.table;
+  DF_CHECK(w.data != nullptr && matmul_type_supported(w.type) && w.rows > 0 && w.cols > 0);
+  DF_CHECK(a.ids != nullptr && a.out != nullptr && a.n >= 0 && a.n <= 0x7fffffff);
+  if (w.type == GgmlType::Q4_0 || w.type == GgmlType::Q8_0) DF_CHECK(w.cols % dev::kQK == 0);
+  DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 2 == 0 && w.row_bytes % 2 == 0);
+  if (a.n == 0) return;
+  const unsigned grid = unsigned(a.n);
+  switch (w.type) {
+    case GgmlType::Q4_0:
+      get_rows_kernel<GgmlType::Q4_0><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
+      break;
+    case GgmlType::Q8_0:
+      get_rows_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
+      break;
+    case GgmlType::F16:
+      get_rows_kernel<GgmlType::F16><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
+      break;
+    case GgmlType::BF16:
+      get_rows_kernel<GgmlType::BF16><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
+      break;
+    default:
+      DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 4 == 0 && w.row_bytes % 4 == 0);
+      get_rows_kernel<GgmlType::F32><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
+      break;
+  }
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,242 @@
+// The forward pass on the GPU, top to bottom as the CPU engine's Forward::run: embedding gather, per layer the
+// attention sublayer (norm, q/k/v, qk-norm, RoPE, f16 KV store, attention, output) and the feed-forward sublayer
+// (dense SwiGLU, or router + routed experts + combine), each with its residual add; the final norm and the head.
+#include <algorithm>
+#include <cmath>
+
+#include "diskformer/backend/cuda/gpu_forward.h"
+#include "diskformer/util/check.h"
+
+namespace df::cuda {
+
+Result<std::unique_ptr<GpuSession>> GpuSession::create(const GpuModel& model, const GpuSessionOptions& options) {
+  if (options.n_ctx == 0 || options.max_batch == 0) return Error{"GPU session: n_ctx and max_batch must be positive"};
+  std::unique_ptr<GpuSession> s(new GpuSession(model, options));
+  s->opt_.max_batch = std::min(options.max_batch, options.n_ctx);
+  DF_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream_, cudaStreamNonBlocking));
+  DF_TRY(s->allocate());
+  return s;
+}
+
+GpuSession::~GpuSession() {
+  if (graph_) cudaGraphExecDestroy(graph_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status GpuSession::allocate() {
+  const model::ModelSpec& s = model_.spec();
+  const uint64_t B = opt_.max_batch, C = opt_.n_ctx, E = s.n_embd;
+  const uint64_t K = std::max<uint32_t>(s.n_expert_used, 1);
+  const uint64_t ff = std::max<uint64_t>(s.n_ff, uint64_t(s.n_expert_used) * s.n_ff_expert);
+  auto f32 = [](uint64_t n) { return n * 4; };
+  DF_ASSIGN(k_cache_, DeviceBuffer::alloc(uint64_t(s.n_layer) * C * s.kv_dim_k() * 2, "the KV cache (keys)"));
+  DF_ASSIGN(v_cache_, DeviceBuffer::alloc(uint64_t(s.n_layer) * C * s.kv_dim_v() * 2, "the KV cache (values)"));
+  rope_table_ = to_device(rope_table(C, int(s.n_rot), s.rope_base));
+  DF_ASSIGN(tok_, DeviceBuffer::alloc(B * 4, "token ids"));
+  DF_ASSIGN(pos_, DeviceBuffer::alloc(B * 4, "positions"));
+  DF_ASSIGN(x_, DeviceBuffer::alloc(f32(B * E), "activations"));
+  DF_ASSIGN(xn_, DeviceBuffer::alloc(f32(B * E), "activations"));
+  DF_ASSIGN(proj_, DeviceBuffer::alloc(f32(B * E), "activations"));
+  DF_ASSIGN(q_, DeviceBuffer::alloc(f32(B * s.q_dim()), "activations"));
+  DF_ASSIGN(k_, DeviceBuffer::alloc(f32(B * s.kv_dim_k()), "activations"));
+  DF_ASSIGN(v_, DeviceBuffer::alloc(f32(B * s.kv_dim_v()), "activations"));
+  DF_ASSIGN(attn_, DeviceBuffer::alloc(f32(B * s.n_head * s.head_dim_v), "activations"));
+  DF_ASSIGN(gate_, DeviceBuffer::alloc(f32(B * ff), "activations"));
+  DF_ASSIGN(up_, DeviceBuffer::alloc(f32(B * ff), "activations"));
+  if (s.moe()) {
+    DF_ASSIGN(router_, DeviceBuffer::alloc(f32(B * s.n_expert), "router logits"));
+    DF_ASSIGN(ids_, DeviceBuffer::alloc(B * K * 4, "expert ids"));
+    DF_ASSIGN(wts_, DeviceBuffer::alloc(f32(B * K), "expert weights"));
+    DF_ASSIGN(expert_out_, DeviceBuffer::alloc(f32(B * K * E), "expert outputs"));
+  }
+  // The widest input of any product, for the most input vectors (the experts' down projection has B * K).
+  const uint64_t max_cols = std::max<uint64_t>({E, uint64_t(s.n_head) * s.head_dim_v, s.n_ff, s.n_ff_expert});
+  DF_ASSIGN(scratch_, DeviceBuffer::alloc((max_cols / 32 + 1) * 34 * B * K, "quantized activations"));
+  DF_ASSIGN(logits_dev_, DeviceBuffer::alloc(f32(s.n_vocab), "logits"));
+  logits_rows_cap_ = 1;
+  DF_ASSIGN(next_, DeviceBuffer::alloc(4, "the next token"));
+  return {};
+}
+
+Status GpuSession::eval(std::span<const int32_t> tokens, bool all_logits) {
+  const model::ModelSpec& s = model_.spec();
+  const int64_t n = int64_t(tokens.size());
+  if (n == 0) return Error{"GPU forward: empty batch"};
+  if (n_past_ + n > opt_.n_ctx)
+    return Error{"context overflow: " + std::to_string(n_past_) + " positions used + " + std::to_string(n) +
+                 " new tokens exceed the context size " + std::to_string(opt_.n_ctx) + " (-c)"};
+  for (int64_t t = 0; t < n; ++t)
+    if (tokens[t] < 0 || uint32_t(tokens[t]) >= s.n_vocab)
+      return Error{"token id " + std::to_string(tokens[t]) + " at batch position " + std::to_string(t) +
+                   " is outside the vocabulary of " + std::to_string(s.n_vocab)};
+
+  const uint64_t V = s.n_vocab;
+  logits_rows_ = all_logits ? uint64_t(n) : 1;
+  logits_fresh_ = false;
+  if (all_logits) {
+    logits_host_.resize(logits_rows_ * V);
+    const uint64_t need = std::min<uint64_t>(n, opt_.max_batch);
+    if (logits_rows_cap_ < need) {
+      if (graph_) {  // the captured step writes into the old logits buffer
+        DF_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+        graph_ = nullptr;
+      }
+      DF_ASSIGN(logits_dev_, DeviceBuffer::alloc(need * V * 4, "logits"));
+      logits_rows_cap_ = need;
+    }
+  }
+  for (int64_t b0 = 0; b0 < n; b0 += opt_.max_batch) {
+    const int64_t m = std::min<int64_t>(opt_.max_batch, n - b0);
+    staging_.resize(2 * m);
+    for (int64_t t = 0; t < m; ++t) {
+      staging_[t] = tokens[b0 + t];
+      staging_[m + t] = int32_t(n_past_ + t);
+    }
+    DF_CUDA_CHECK(cudaMemcpyAsync(tok_.data(), staging_.data(), m * 4, cudaMemcpyHostToDevice, stream_));
+    DF_CUDA_CHECK(cudaMemcpyAsync(pos_.data(), staging_.data() + m, m * 4, cudaMemcpyHostToDevice, stream_));
+    if (m == 1 && !all_logits && opt_.decode_graph) {
+      decode_step_graph();
+    } else {
+      forward(m, all_logits, logits_dev_.as<float>());
+    }
+    n_past_ += uint32_t(m);
+    if (all_logits) {
+      DF_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + b0 * V, logits_dev_.data(), m * V * 4,
+                                    cudaMemcpyDeviceToHost, stream_));
+    }
+    // staging_ is reused by the next batch: the copies above must have read it.
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  logits_fresh_ = all_logits;
+  return {};
+}
+
+std::span<const float> GpuSession::logits() {
+  const uint64_t V = model_.spec().n_vocab;
+  if (!logits_fresh_) {
+    DF_CHECK(logits_rows_ == 1);  // all_logits evals copy eagerly
+    logits_host_.resize(V);
+    // The last token's row: row 0 of a single-row eval, the last row of a batch that kept only it.
+    DF_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data(), logits_dev_.data(), V * 4, cudaMemcpyDeviceToHost, stream_));
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    logits_fresh_ = true;
+  }
+  return {logits_host_.data(), logits_rows_ * V};
+}
+
+int32_t GpuSession::argmax() {
+  DF_CHECK(logits_rows_ > 0);
+  const uint64_t V = model_.spec().n_vocab;
+  // The last row of what the last eval left on the device.
+  const uint64_t last_batch_rows = logits_rows_ == 1 ? 1 : (logits_rows_ - 1) % opt_.max_batch + 1;
+  cuda::argmax({.x = logits_dev_.as<float>() + (last_batch_rows - 1) * V, .n_rows = 1, .n = int64_t(V),
+                .out = next_.as<int32_t>(), .stream = stream_});
+  int32_t id = 0;
+  DF_CUDA_CHECK(cudaMemcpyAsync(&id, next_.data(), 4, cudaMemcpyDeviceToHost, stream_));
+  DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return id;
+}
+
+void GpuSession::truncate(uint32_t n_keep) { n_past_ = std::min(n_past_, n_keep); }
+
+void GpuSession::decode_step_graph() {
+  if (!graph_) {
+    cudaGraph_t g = nullptr;
+    DF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    forward(1, false, logits_dev_.as<float>());
+    DF_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    DF_CUDA_CHECK(cudaGraphInstantiate(&graph_, g, 0));
+    DF_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  DF_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+}
+
+void GpuSession::forward(int64_t n, bool all_logits, float* logits) {
+  const model::ModelSpec& s = model_.spec();
+  const int64_t E = s.n_embd;
+  float* x = x_.as<float>();
+  get_rows({.table = model_.token_embd(), .ids = tok_.as<int32_t>(), .n = n, .out = x, .stream = stream_});
+  for (uint32_t il = 0; il < s.n_layer; ++il) {
+    const GpuLayer& l = model_.layer(il);
+    rms_norm({.x = x, .weight = l.attn_norm.f32(), .y = xn_.as<float>(), .n_rows = n, .cols = E, .eps = s.norm_eps,
+              .stream = stream_});
+    attention_block(l, il, n);
+    add({.x = x, .y = proj_.as<float>(), .n = n * E, .stream = stream_});
+    rms_norm({.x = x, .weight = l.ffn_norm.f32(), .y = xn_.as<float>(), .n_rows = n, .cols = E, .eps = s.norm_eps,
+              .stream = stream_});
+    ffn_block(l, n);
+    add({.x = x, .y = proj_.as<float>(), .n = n * E, .stream = stream_});
+  }
+  const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
+  rms_norm({.x = x + first * E, .weight = model_.output_norm(), .y = xn_.as<float>(), .n_rows = n_out, .cols = E,
+            .eps = s.norm_eps, .stream = stream_});
+  matmul({.w = model_.output(), .x = xn_.as<float>(), .n_tok = n_out, .y = logits, .scratch = scratch_.as<uint8_t>(),
+          .stream = stream_});
+}
+
+void GpuSession::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
+  const model::ModelSpec& s = model_.spec();
+  const int hk = int(s.head_dim_k), hv = int(s.head_dim_v);
+  const int64_t kd = s.kv_dim_k(), vd = s.kv_dim_v();
+  const float* xn = xn_.as<float>();
+  uint8_t* scratch = scratch_.as<uint8_t>();
+  float *q = q_.as<float>(), *k = k_.as<float>(), *v = v_.as<float>();
+  matmul({.w = l.wq.m, .x = xn, .n_tok = n, .y = q, .scratch = scratch, .stream = stream_});
+  matmul({.w = l.wk.m, .x = xn, .n_tok = n, .y = k, .scratch = scratch, .stream = stream_});
+  matmul({.w = l.wv.m, .x = xn, .n_tok = n, .y = v, .scratch = scratch, .stream = stream_});
+  if (s.qk_norm) {
+    rms_norm({.x = q, .weight = l.q_norm.f32(), .y = q, .n_rows = n * s.n_head, .cols = hk, .eps = s.norm_eps,
+              .stream = stream_});
+    rms_norm({.x = k, .weight = l.k_norm.f32(), .y = k, .n_rows = n * s.n_head_kv, .cols = hk, .eps = s.norm_eps,
+              .stream = stream_});
+  }
+  const int32_t* pos = pos_.as<int32_t>();
+  const float* table = rope_table_.as<float>();
+  rope({.x = q, .n_tok = n, .n_heads = int(s.n_head), .head_dim = hk, .n_rot = int(s.n_rot), .pos = pos,
+        .table = table, .n_pos = opt_.n_ctx, .style = s.rope_style, .stream = stream_});
+  rope({.x = k, .n_tok = n, .n_heads = int(s.n_head_kv), .head_dim = hk, .n_rot = int(s.n_rot), .pos = pos,
+        .table = table, .n_pos = opt_.n_ctx, .style = s.rope_style, .stream = stream_});
+  uint16_t* kc = k_cache_.as<uint16_t>() + uint64_t(il) * opt_.n_ctx * kd;
+  uint16_t* vc = v_cache_.as<uint16_t>() + uint64_t(il) * opt_.n_ctx * vd;
+  store_kv({.k = k, .v = v, .k_cache = kc, .v_cache = vc, .pos = pos, .n_tok = n, .dim_k = kd, .dim_v = vd,
+            .n_ctx = opt_.n_ctx, .stream = stream_});
+  attention({.q = q, .k = kc, .v = vc, .out = attn_.as<float>(), .pos = pos, .n_head = int(s.n_head),
+             .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv, .n_tok = n,
+             .scale = 1.0f / std::sqrt(float(hk)), .stream = stream_});
+  matmul({.w = l.wo.m, .x = attn_.as<float>(), .n_tok = n, .y = proj_.as<float>(), .scratch = scratch,
+          .stream = stream_});
+}
+
+void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
+  const model::ModelSpec& s = model_.spec();
+  const float* xn = xn_.as<float>();
+  uint8_t* scratch = scratch_.as<uint8_t>();
+  float *gate = gate_.as<float>(), *up = up_.as<float>();
+  if (!s.moe()) {
+    matmul({.w = l.ffn_gate.m, .x = xn, .n_tok = n, .y = gate, .scratch = scratch, .stream = stream_});
+    matmul({.w = l.ffn_up.m, .x = xn, .n_tok = n, .y = up, .scratch = scratch, .stream = stream_});
+    swiglu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff), .stream = stream_});
+    matmul({.w = l.ffn_down.m, .x = gate, .n_tok = n, .y = proj_.as<float>(), .scratch = scratch, .stream = stream_});
+    return;
+  }
+  const int K = int(s.n_expert_used);
+  int32_t* ids = ids_.as<int32_t>();
+  matmul({.w = l.gate_inp.m, .x = xn, .n_tok = n, .y = router_.as<float>(), .scratch = scratch, .stream = stream_});
+  route({.logits = router_.as<float>(), .n_tok = n, .n_expert = int(s.n_expert), .n_used = K,
+         .norm_topk = s.norm_topk, .ids = ids, .weights = wts_.as<float>(), .stream = stream_});
+  const MoeMatmulArgs base{.n_expert = int32_t(s.n_expert), .ids = ids, .n_tok = n, .n_used = K,
+                           .scratch = scratch, .stream = stream_};
+  MoeMatmulArgs g = base, u = base, d = base;
+  g.w = l.gate_exps.m, g.expert_stride = l.gate_stride, g.x = xn, g.y = gate;
+  u.w = l.up_exps.m, u.expert_stride = l.up_stride, u.x = xn, u.y = up;
+  moe_matmul(g);
+  moe_matmul(u);
+  swiglu({.gate = gate, .up = up, .y = gate, .n = n * K * int64_t(s.n_ff_expert), .stream = stream_});
+  d.w = l.down_exps.m, d.expert_stride = l.down_stride, d.x = gate, d.x_per_slot = true,
+  d.y = expert_out_.as<float>();
+  moe_matmul(d);
+  moe_combine({.expert_out = expert_out_.as<float>(), .weights = wts_.as<float>(), .out = proj_.as<float>(),
+               .n_tok = n, .n_embd = int64_t(s.n_embd), .n_used = K, .stream = stream_});
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,219 @@
+// Matrix products with weights as the file stores them: a warp per weight row, a tile of up to kTile input vectors
+// per block column (the weight row is read once per tile), lane partial sums reduced over the warp.
+//   - Q4_0 / Q8_0: activations pre-quantized to Q8_0 (quantize.cu), integer dot products per 32-block (dp4a, exact),
+//     scaled by d_w * d_a and accumulated in f32: only the float accumulation order differs from the CPU's.
+//   - F16 / BF16: activations rounded to f16 / bf16 as the CPU converts them, f32 fused multiply-adds.
+//   - F32: f32 fused multiply-adds.
+// The routed-expert variant picks a weight matrix per input vector from ids read on the device.
+#include "backend/cuda/common.cuh"
+#include "diskformer/backend/cuda/check.h"
+#include "diskformer/backend/cuda/kernels.h"
+#include "diskformer/util/check.h"
+
+namespace df::cuda {
+
+using gguf::GgmlType;
+
+namespace {
+
+constexpr int kTile = 8;    // input vectors per block column
+constexpr int kWarps = 4;   // weight rows per block
+
+// Lane `lane`'s partial dot products of one weight row with nt (<= NT) activation rows at act + j * act_stride.
+// act is Q8_0 blocks for the quantized types, f32 otherwise.
+template <GgmlType T, int NT>
+__device__ __forceinline__ void row_dot(const uint8_t* __restrict__ w, int64_t cols, const uint8_t* __restrict__ act,
+                                        uint64_t act_stride, int nt, int lane, float (&acc)[NT]) {
+  if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q8_0) {
+    const int64_t nb = cols / dev::kQK;
+    for (int64_t b = lane; b < nb; b += 32) {
+      int wq[8];  // 32 signed weights as 8 packed int32 (elements 4k .. 4k+3 in wq[k])
+      float dw;
+      if constexpr (T == GgmlType::Q4_0) {
+        const uint8_t* wb = w + b * dev::kQ4Bytes;
+        dw = dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(wb));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t q = uint32_t(dev::load_i32_a2(wb + 2 + 4 * k));
+          wq[k] = int(__vsubss4(q & 0x0f0f0f0fu, 0x08080808u));             // elements 4k .. 4k+3
+          wq[k + 4] = int(__vsubss4((q >> 4) & 0x0f0f0f0fu, 0x08080808u));  // elements 16 + 4k ..
+        }
+      } else {
+        const uint8_t* wb = w + b * dev::kQ8Bytes;
+        dw = dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(wb));
+#pragma unroll
+        for (int k = 0; k < 8; ++k) wq[k] = dev::load_i32_a2(wb + 2 + 4 * k);
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (j < nt) {
+          const uint8_t* ab = act + j * act_stride + b * dev::kQ8Bytes;
+          const float da = dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(ab));
+          int p = 0;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) p = __dp4a(wq[k], dev::load_i32_a2(ab + 2 + 4 * k), p);
+          acc[j] = fmaf(dw * da, float(p), acc[j]);
+        }
+      }
+    }
+  } else {
+    for (int64_t i = lane; i < cols; i += 32) {
+      float wv;
+      if constexpr (T == GgmlType::F16) {
+        wv = dev::f16_to_f32(reinterpret_cast<const uint16_t*>(w)[i]);
+      } else if constexpr (T == GgmlType::BF16) {
+        wv = dev::bf16_to_f32(reinterpret_cast<const uint16_t*>(w)[i]);
+      } else {
+        wv = reinterpret_cast<const float*>(w)[i];
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (j < nt) {
+          float x = reinterpret_cast<const float*>(act + j * act_stride)[i];
+          if constexpr (T == GgmlType::F16) x = dev::round_f16(x);
+          if constexpr (T == GgmlType::BF16) x = dev::round_bf16(x);
+          acc[j] = fmaf(wv, x, acc[j]);
+        }
+      }
+    }
+  }
+}
+
+// grid: (ceil(rows / kWarps), ceil(n_tok / kTile)); act rows are act_stride bytes apart.
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * 32) matmul_kernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols,
+                                                             uint64_t row_bytes, const uint8_t* __restrict__ act,
+                                                             uint64_t act_stride, int64_t n_tok, float* __restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int64_t t0 = int64_t(blockIdx.y) * kTile;
+  const int nt = int(min(int64_t(kTile), n_tok - t0));
+  float acc[kTile] = {};
+  row_dot<T, kTile>(w + r * row_bytes, cols, act + t0 * act_stride, act_stride, nt, lane, acc);
+#pragma unroll
+  for (int j = 0; j < kTile; ++j) {
+    const float s = dev::warp_sum(acc[j]);
+    if (lane == 0 && j < nt) y[(t0 + j) * rows + r] = s;
+  }
+}
+
+// grid: (ceil(rows / kWarps), n_tok * n_used); block column v multiplies expert ids[v] with act row v / act_div.
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * 32)
+    moe_matmul_kernel(const uint8_t* __restrict__ w, uint64_t expert_stride, int32_t n_expert,
+                      const int32_t* __restrict__ ids, int64_t rows, int64_t cols, uint64_t row_bytes,
+                      const uint8_t* __restrict__ act, uint64_t act_stride, int act_div, float* __restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int64_t v = blockIdx.y;
+  const int32_t e = ids[v];
+  if (e < 0 || e >= n_expert) __trap();  // the router wrote a bad id: a bug, surfaced as a launch failure
+  float acc[1] = {};
+  row_dot<T, 1>(w + uint64_t(e) * expert_stride + r * row_bytes, cols, act + (v / act_div) * act_stride, act_stride,
+                1, lane, acc);
+  const float s = dev::warp_sum(acc[0]);
+  if (lane == 0) y[v * rows + r] = s;
+}
+
+bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+
+void check_mat(const DMat& w) {
+  DF_CHECK(w.data != nullptr && matmul_type_supported(w.type));
+  DF_CHECK(w.rows > 0 && w.cols > 0);
+  const uint64_t min_row = quantized(w.type) ? uint64_t(w.cols / 32) * (w.type == GgmlType::Q4_0 ? 18 : 34)
+                                             : uint64_t(w.cols) * (w.type == GgmlType::F32 ? 4 : 2);
+  if (quantized(w.type)) DF_CHECK(w.cols % 32 == 0);
+  DF_CHECK(w.row_bytes >= min_row);
+  // The kernels read 2-byte words of the rows: they must start at even addresses.
+  DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 2 == 0 && w.row_bytes % 2 == 0);
+  if (w.type == GgmlType::F32) DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 4 == 0 && w.row_bytes % 4 == 0);
+}
+
+// Converts the activations the kernel reads: Q8_0 into scratch for quantized weights, the f32 input otherwise.
+// Returns the activation base and the bytes between rows.
+std::pair<const uint8_t*, uint64_t> prepare_act(GgmlType t, const float* x, int64_t cols, int64_t n_vec,
+                                               uint8_t* scratch, cudaStream_t stream) {
+  if (quantized(t)) {
+    DF_CHECK(scratch != nullptr);
+    QuantizeQ8Args q;
+    q.x = x;
+    q.y = scratch;
+    q.n_rows = n_vec;
+    q.cols = cols;
+    q.stream = stream;
+    quantize_q8_0(q);
+    return {scratch, uint64_t(cols / 32) * dev::kQ8Bytes};
+  }
+  return {reinterpret_cast<const uint8_t*>(x), uint64_t(cols) * 4};
+}
+
+}  // namespace
+
+bool matmul_type_supported(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
+         t == GgmlType::Q4_0;
+}
+
+uint64_t q8_scratch_bytes(GgmlType t, int64_t cols, int64_t n_vec) {
+  return quantized(t) ? uint64_t(cols / 32) * dev::kQ8Bytes * uint64_t(n_vec) : 0;
+}
+
+void matmul(const MatmulArgs& a) {
+  check_mat(a.w);
+  DF_CHECK(a.x != nullptr && a.y != nullptr && a.n_tok > 0);
+  DF_CHECK(static_cast<const void*>(a.x) != static_cast<const void*>(a.y));
+  const int64_t gx = (a.w.rows + kWarps - 1) / kWarps, gy = (a.n_tok + kTile - 1) / kTile;
+  DF_CHECK(gx <= 0x7fffffff && gy <= 65535);
+  auto [act, stride] = prepare_act(a.w.type, a.x, a.w.cols, a.n_tok, a.scratch, a.stream);
+  const dim3 grid{unsigned(gx), unsigned(gy)};
+  const int threads = kWarps * 32;
+  switch (a.w.type) {
+#define DF_MATMUL_CASE(T)                                                                                     \
+  case T:                                                                                                     \
+    matmul_kernel<T><<<grid, threads, 0, a.stream>>>(a.w.data, a.w.rows, a.w.cols, a.w.row_bytes, act, stride, \
+                                                     a.n_tok, a.y);                                           \
+    break;
+    DF_MATMUL_CASE(GgmlType::Q4_0)
+    DF_MATMUL_CASE(GgmlType::Q8_0)
+    DF_MATMUL_CASE(GgmlType::F16)
+    DF_MATMUL_CASE(GgmlType::BF16)
+    DF_MATMUL_CASE(GgmlType::F32)
+#undef DF_MATMUL_CASE
+    default: DF_CHECK(false);
+  }
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+void moe_matmul(const MoeMatmulArgs& a) {
+  check_mat(a.w);
+  DF_CHECK(a.ids != nullptr && a.x != nullptr && a.y != nullptr);
+  DF_CHECK(a.n_tok > 0 && a.n_used > 0 && a.n_expert >= a.n_used);
+  DF_CHECK(a.expert_stride >= uint64_t(a.w.rows) * a.w.row_bytes);
+  const int64_t n_slots = a.n_tok * a.n_used;
+  const int64_t gx = (a.w.rows + kWarps - 1) / kWarps;
+  DF_CHECK(gx <= 0x7fffffff && n_slots <= 65535);
+  const int64_t n_in = a.x_per_slot ? n_slots : a.n_tok;
+  auto [act, stride] = prepare_act(a.w.type, a.x, a.w.cols, n_in, a.scratch, a.stream);
+  const int act_div = a.x_per_slot ? 1 : a.n_used;
+  const dim3 grid{unsigned(gx), unsigned(n_slots)};
+  const int threads = kWarps * 32;
+  switch (a.w.type) {
+#define DF_MOE_CASE(T)                                                                                          \
+  case T:                                                                                                       \
+    moe_matmul_kernel<T><<<grid, threads, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert, a.ids, a.w.rows, \
+                                                         a.w.cols, a.w.row_bytes, act, stride, act_div, a.y);   \
+    break;
+    DF_MOE_CASE(GgmlType::Q4_0)
+    DF_MOE_CASE(GgmlType::Q8_0)
+    DF_MOE_CASE(GgmlType::F16)
+    DF_MOE_CASE(GgmlType::BF16)
+    DF_MOE_CASE(GgmlType::F32)
+#undef DF_MOE_CASE
+    default: DF_CHECK(false);
+  }
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace df::cuda

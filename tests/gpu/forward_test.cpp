@@ -1,0 +1,174 @@
+// The GPU forward pass against the CPU engine on every shared model: logits of a prompt and of greedy decode steps
+// (max abs difference and top-1 agreement printed), and greedy generation of the gold cases (robust ones byte for
+// byte, the others report their common prefix), with and without the decode CUDA graph.
+#include <algorithm>
+#include <cmath>
+
+#include "diskformer/backend/cuda/gpu_forward.h"
+#include "gpu/gpu_support.h"
+#include "model/gold.h"
+#include "support/test_paths.h"
+
+namespace df::test {
+namespace {
+
+const char* const kModels[] = {"qwen3moe-q4_0", "qwen3moe-q8_0", "qwen3-q4_0", "llama-f16", "mixtral-q4_0"};
+
+std::string param_name(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = info.param;
+  for (auto& ch : n)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+int32_t host_argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
+
+struct Loaded {
+  std::unique_ptr<engine::Model> host;
+  std::unique_ptr<cuda::GpuModel> gpu;
+};
+
+Loaded load(const std::filesystem::path& path, uint32_t n_ctx) {
+  Loaded l;
+  auto host = engine::Model::open(path.string(), {.n_ctx = n_ctx, .threads = 0});
+  EXPECT_TRUE(host.ok()) << host.error().message;
+  if (!host.ok()) return l;
+  l.host = std::move(*host);
+  auto gpu = cuda::GpuModel::upload(l.host->spec(), l.host->weights());
+  EXPECT_TRUE(gpu.ok()) << gpu.error().message;
+  if (gpu.ok()) l.gpu = std::move(*gpu);
+  return l;
+}
+
+class GpuForward : public ::testing::TestWithParam<const char*> {};
+
+// Prompt logits at every position, then 16 greedy steps (the CPU's choice fed to both). Top-1 must agree on at
+// least 90% of positions (near-ties may flip), and the logits must be close: max abs difference <= 2% of the
+// largest logit magnitude (summation orders and the f16 accumulator differ; a wrong kernel is far off).
+TEST_P(GpuForward, LogitsMatchTheCpuEngine) {
+  DF_REQUIRE_GPU();
+  const std::string name = GetParam();
+  DF_REQUIRE_SHARED(path, "models/" + name + ".gguf");
+  const auto cases = read_gold((shared_dir() / "models" / (name + ".gold.json")).string());
+  ASSERT_FALSE(cases.empty());
+  Loaded m = load(path, 512);
+  ASSERT_TRUE(m.gpu);
+  const model::ModelSpec& spec = m.host->spec();
+  const int64_t V = spec.n_vocab;
+
+  model::Forward cpu(spec, m.host->weights(), m.host->context());
+  model::KvCache kv(spec, 512);
+  auto gs = cuda::GpuSession::create(*m.gpu, {.n_ctx = 512, .max_batch = 7});  // 7: prompts span several batches
+  ASSERT_TRUE(gs.ok()) << gs.error().message;
+  cuda::GpuSession& gpu = **gs;
+
+  std::vector<int32_t> prompt = cases[0].prompt_ids;
+  ASSERT_TRUE(cpu.run(prompt, kv, true).ok());
+  ASSERT_TRUE(gpu.eval(prompt, true).ok());
+  std::vector<float> want = cpu.logits();
+  std::vector<float> got(gpu.logits().begin(), gpu.logits().end());
+  ASSERT_EQ(got.size(), want.size());
+
+  int64_t positions = int64_t(prompt.size()), agree = 0;
+  double max_diff = 0, max_mag = 0;
+  auto compare = [&](const float* g, const float* w) {
+    agree += host_argmax(g, V) == host_argmax(w, V);
+    for (int64_t i = 0; i < V; ++i) {
+      max_diff = std::max(max_diff, std::fabs(double(g[i]) - double(w[i])));
+      max_mag = std::max(max_mag, std::fabs(double(w[i])));
+    }
+  };
+  for (size_t t = 0; t < prompt.size(); ++t) compare(got.data() + t * V, want.data() + t * V);
+  EXPECT_EQ(gpu.argmax(), host_argmax(got.data() + (prompt.size() - 1) * V, V));
+
+  for (int step = 0; step < 16; ++step) {
+    const int32_t next = host_argmax(cpu.logits().data() + (cpu.logits().size() / V - 1) * V, V);
+    ASSERT_TRUE(cpu.run(std::span(&next, 1), kv).ok());
+    ASSERT_TRUE(gpu.eval(std::span(&next, 1)).ok());
+    auto gl = gpu.logits();
+    ASSERT_EQ(int64_t(gl.size()), V);
+    compare(gl.data(), cpu.logits().data());
+    EXPECT_EQ(gpu.argmax(), host_argmax(gl.data(), V)) << "step " << step;
+    ++positions;
+  }
+  std::printf("[gpu-vs-cpu] %-14s positions %lld, top-1 agree %lld (%.1f%%), max abs diff %.4g (max |logit| %.3g)\n",
+              name.c_str(), (long long)positions, (long long)agree, 100.0 * agree / positions, max_diff, max_mag);
+  EXPECT_GE(double(agree), 0.9 * double(positions));
+  EXPECT_LE(max_diff, 0.02 * max_mag + 1e-3);
+}
+
+// Greedy generation on the GPU, one token per step as the gold files were made.
+std::vector<int32_t> gpu_greedy(cuda::GpuSession& s, const std::vector<int32_t>& prompt, int n) {
+  std::vector<int32_t> out;
+  EXPECT_TRUE(s.eval(prompt).ok());
+  for (int i = 0; i < n; ++i) {
+    const int32_t id = s.argmax();
+    out.push_back(id);
+    if (i + 1 < n) {
+      EXPECT_TRUE(s.eval(std::span(&id, 1)).ok());
+    }
+  }
+  return out;
+}
+
+class GpuGold : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuGold, GreedyMatchesLlamaCpp) {
+  DF_REQUIRE_GPU();
+  const std::string name = GetParam();
+  DF_REQUIRE_SHARED(path, "models/" + name + ".gguf");
+  const auto cases = read_gold((shared_dir() / "models" / (name + ".gold.json")).string());
+  Loaded m = load(path, 1024);
+  ASSERT_TRUE(m.gpu);
+  PieceDecoder pieces(m.host->file());
+  for (bool graph : {false, true}) {
+    for (const auto& c : cases) {
+      auto s = cuda::GpuSession::create(*m.gpu, {.n_ctx = 1024, .decode_graph = graph});
+      ASSERT_TRUE(s.ok()) << s.error().message;
+      const auto ids = gpu_greedy(**s, c.prompt_ids, c.n_predict);
+      std::string text;
+      for (int32_t id : ids) text += pieces.piece(id);
+      const size_t common = common_prefix(text, c.completion);
+      std::printf("[gpu-gold] %-14s graph=%d robust=%d common prefix %zu/%zu bytes  prompt \"%s\"\n", name.c_str(),
+                  graph, c.robust, common, c.completion.size(), c.prompt.substr(0, 40).c_str());
+      if (c.robust) {
+        EXPECT_EQ(text, c.completion) << name << " graph " << graph << " prompt: " << c.prompt;
+      }
+    }
+  }
+}
+
+// A session reused after truncate() recomputes the dropped positions: same logits as a fresh session, and the
+// graph replay gives the same logits as the plain launches (both run the same kernels).
+TEST(GpuForwardSession, TruncateAndGraphReplayAgreeWithAFreshSession) {
+  DF_REQUIRE_GPU();
+  DF_REQUIRE_SHARED(path, "models/qwen3moe-q4_0.gguf");
+  Loaded m = load(path, 256);
+  ASSERT_TRUE(m.gpu);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  auto a = cuda::GpuSession::create(*m.gpu, {.n_ctx = 256, .decode_graph = true});
+  auto b = cuda::GpuSession::create(*m.gpu, {.n_ctx = 256, .decode_graph = false});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->eval(std::span(prompt).first(5)).ok());
+  for (int i = 5; i < 10; ++i) ASSERT_TRUE((*a)->eval(std::span(&prompt[i], 1)).ok());  // graph steps
+  ASSERT_TRUE((*b)->eval(prompt).ok());
+  auto la = (*a)->logits();
+  auto lb = (*b)->logits();
+  EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin(), lb.end()));
+  EXPECT_EQ((*a)->n_past(), 10u);
+  (*a)->truncate(4);
+  ASSERT_TRUE((*a)->eval(std::span(prompt).subspan(4)).ok());
+  auto lc = (*a)->logits();
+  EXPECT_TRUE(std::equal(lc.begin(), lc.end(), lb.begin(), lb.end()));
+  // Errors, not crashes: a bad token id and a context overflow.
+  const int32_t bad = int32_t(m.host->spec().n_vocab);
+  EXPECT_FALSE((*a)->eval(std::span(&bad, 1)).ok());
+  std::vector<int32_t> many(300, 1);
+  EXPECT_FALSE((*a)->eval(many).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(kModels), param_name);
+INSTANTIATE_TEST_SUITE_P(Models, GpuGold, ::testing::ValuesIn(kModels), param_name);
+
+}  // namespace
+}  // namespace df::test

@@ -1,0 +1,391 @@
+// Each CUDA kernel against its CPU reference (include/diskformer/backend/cpu) on random data. Tolerances are stated
+// per test: exact where the GPU repeats the CPU's operations in the same order, otherwise the bound of the one
+// difference (a summation order, or the device's expf within 2 ulp).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "diskformer/backend/cpu/ops.h"
+#include "gpu/gpu_support.h"
+#include "gpu/kernel_support.h"
+
+namespace df::test {
+namespace {
+
+using gguf::GgmlType;
+
+template <typename T>
+std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
+  DF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> v(n);
+  b.download(v.data(), n * sizeof(T));
+  return v;
+}
+
+// Relative closeness in units of 2^-23 of the larger magnitude.
+std::string type_param_name(const ::testing::TestParamInfo<GgmlType>& i) { return std::string(gguf::type_name(i.param)); }
+
+bool within_ulps(float a, float b, double ulps) {
+  return std::fabs(double(a) - double(b)) <= ulps * std::ldexp(1.0, -23) * std::max(std::fabs(a), std::fabs(b)) + 1e-38;
+}
+
+TEST(CudaKernels, QuantizeQ8_0IsBitIdenticalToTheCpu) {
+  DF_REQUIRE_GPU();
+  const int64_t rows = 5, cols = 256;
+  auto x = random_floats(rows * cols, 1, -3.0f, 3.0f);
+  std::fill_n(x.begin() + 32, 32, 0.0f);  // an all-zero block: scale 0, codes 0
+  for (int i = 0; i < 32; ++i) x[64 + i] = 0.5f * float(i - 16);  // exact halves after scaling: ties to even
+  std::vector<cpu::BlockQ8_0> want(rows * cols / 32);
+  cpu::scalar_kernels().quantize_q8_0(x.data(), want.data(), rows * cols);
+  auto dx = cuda::to_device(x);
+  cuda::DeviceBuffer dy(want.size() * sizeof(cpu::BlockQ8_0));
+  cuda::quantize_q8_0({.x = dx.as<float>(), .y = dy.as<uint8_t>(), .n_rows = rows, .cols = cols});
+  auto got = download<cpu::BlockQ8_0>(dy, want.size());
+  for (size_t b = 0; b < want.size(); ++b) {
+    ASSERT_EQ(got[b].d, want[b].d) << "block " << b;
+    ASSERT_EQ(0, std::memcmp(got[b].qs, want[b].qs, 32)) << "block " << b;
+  }
+}
+
+struct MatmulCase {
+  GgmlType type;
+  int64_t rows, cols, n_tok;
+};
+
+class CudaMatmul : public ::testing::TestWithParam<MatmulCase> {};
+
+// Tolerance: sum_order_tolerance (the f32 accumulation order is the only difference; the Q8_0 activations and the
+// integer block dots are exact), with 10% slack for the activations' quantization in the absolute sum.
+TEST_P(CudaMatmul, MatchesCpuMatmul) {
+  DF_REQUIRE_GPU();
+  const auto c = GetParam();
+  const HostMat w = random_mat(c.type, c.rows, c.cols, 7);
+  const auto x = random_floats(c.n_tok * c.cols, 8);
+  std::vector<float> want(c.n_tok * c.rows);
+  auto ctx = scalar_context();
+  cpu::matmul(ctx, w.mat(), x.data(), c.n_tok, want.data());
+
+  cuda::DeviceBuffer dw(w.bytes.size());
+  dw.upload(w.bytes.data(), w.bytes.size());
+  auto dx = cuda::to_device(x);
+  cuda::DeviceBuffer dy(want.size() * 4);
+  cuda::DeviceBuffer scratch(std::max<uint64_t>(1, cuda::q8_scratch_bytes(c.type, c.cols, c.n_tok)));
+  cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = c.n_tok, .y = dy.as<float>(),
+                .scratch = scratch.as<uint8_t>()});
+  auto got = download<float>(dy, want.size());
+  double worst = 0;
+  for (int64_t t = 0; t < c.n_tok; ++t)
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const double tol = 1.1 * sum_order_tolerance(c.cols, abs_dot(w, r, x.data() + t * c.cols));
+      const double diff = std::fabs(double(got[t * c.rows + r]) - double(want[t * c.rows + r]));
+      worst = std::max(worst, diff / tol);
+      ASSERT_LE(diff, tol) << "token " << t << " row " << r << " got " << got[t * c.rows + r] << " want "
+                           << want[t * c.rows + r];
+    }
+  std::printf("[matmul] type %u %lldx%lld n_tok %lld: worst diff %.3f of tolerance\n", unsigned(c.type),
+              (long long)c.rows, (long long)c.cols, (long long)c.n_tok, worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, CudaMatmul,
+    ::testing::Values(MatmulCase{GgmlType::Q4_0, 67, 512, 1}, MatmulCase{GgmlType::Q4_0, 130, 2048, 13},
+                      MatmulCase{GgmlType::Q8_0, 67, 512, 1}, MatmulCase{GgmlType::Q8_0, 33, 1024, 9},
+                      MatmulCase{GgmlType::F16, 67, 96, 1}, MatmulCase{GgmlType::F16, 41, 1000, 8},
+                      MatmulCase{GgmlType::BF16, 67, 96, 1}, MatmulCase{GgmlType::BF16, 41, 1000, 17},
+                      MatmulCase{GgmlType::F32, 67, 100, 1}, MatmulCase{GgmlType::F32, 5, 64, 3}),
+    [](const auto& i) {
+      return std::string(gguf::type_name(i.param.type)) + "_" + std::to_string(i.param.rows) + "x" + std::to_string(i.param.cols) +
+             "_tok" + std::to_string(i.param.n_tok);
+    });
+
+class CudaMoeMatmul : public ::testing::TestWithParam<GgmlType> {};
+
+// Each (token, slot) against cpu::matmul with that expert's slice; tolerance as CudaMatmul.
+TEST_P(CudaMoeMatmul, EachSlotMatchesCpuMatmulOfItsExpert) {
+  DF_REQUIRE_GPU();
+  const GgmlType type = GetParam();
+  const int64_t n_expert = 6, rows = 40, cols = 128, n_tok = 3;
+  const int n_used = 2;
+  const HostMat w = random_mat(type, n_expert * rows, cols, 11);
+  const std::vector<int32_t> ids = {5, 0, 2, 3, 0, 5};
+  auto ctx = scalar_context();
+  cuda::DeviceBuffer dw(w.bytes.size());
+  dw.upload(w.bytes.data(), w.bytes.size());
+  auto dids = cuda::to_device(ids);
+  const cuda::DMat one{type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
+  for (bool per_slot : {false, true}) {
+    const int64_t n_in = per_slot ? n_tok * n_used : n_tok;
+    const auto x = random_floats(n_in * cols, per_slot ? 12 : 13);
+    auto dx = cuda::to_device(x);
+    cuda::DeviceBuffer dy(n_tok * n_used * rows * 4);
+    cuda::DeviceBuffer scratch(std::max<uint64_t>(1, cuda::q8_scratch_bytes(type, cols, n_in)));
+    cuda::moe_matmul({.w = one, .expert_stride = rows * w.row_bytes, .n_expert = int32_t(n_expert),
+                      .ids = dids.as<int32_t>(), .n_tok = n_tok, .n_used = n_used, .x = dx.as<float>(),
+                      .x_per_slot = per_slot, .y = dy.as<float>(), .scratch = scratch.as<uint8_t>()});
+    auto got = download<float>(dy, n_tok * n_used * rows);
+    for (int64_t v = 0; v < n_tok * n_used; ++v) {
+      const float* xv = x.data() + (per_slot ? v : v / n_used) * cols;
+      HostMat ew{type, rows, cols, w.row_bytes,
+                 std::vector<uint8_t>(w.bytes.begin() + ids[v] * rows * w.row_bytes,
+                                      w.bytes.begin() + (ids[v] + 1) * rows * w.row_bytes)};
+      std::vector<float> want(rows);
+      cpu::matmul(ctx, ew.mat(), xv, 1, want.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const double tol = 1.1 * sum_order_tolerance(cols, abs_dot(ew, r, xv));
+        ASSERT_NEAR(got[v * rows + r], want[r], tol) << "slot " << v << " row " << r << " per_slot " << per_slot;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaMoeMatmul,
+                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16,
+                                           GgmlType::F32),
+                         type_param_name);
+
+// The square sum is in double on both sides; only a differently rounded double sum can move the scale by one ulp,
+// so each output is within 3 ulp.
+TEST(CudaKernels, RmsNormMatchesCpu) {
+  DF_REQUIRE_GPU();
+  for (int64_t cols : {64, 2048, 4000}) {
+    const int64_t rows = 7;
+    auto x = random_floats(rows * cols, 21, -4.0f, 4.0f);
+    auto wt = random_floats(cols, 22, 0.5f, 1.5f);
+    std::vector<float> want(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(x.data() + r * cols, wt.data(), cols, 1e-6f, want.data() + r * cols);
+    auto dx = cuda::to_device(x);
+    auto dwt = cuda::to_device(wt);
+    // In place, as the qk-norm uses it.
+    cuda::rms_norm({.x = dx.as<float>(), .weight = dwt.as<float>(), .y = dx.as<float>(), .n_rows = rows,
+                    .cols = cols, .eps = 1e-6f});
+    auto got = download<float>(dx, rows * cols);
+    for (int64_t i = 0; i < rows * cols; ++i) ASSERT_TRUE(within_ulps(got[i], want[i], 3)) << i << " cols " << cols;
+  }
+}
+
+// Same table, same separately rounded products: exact.
+TEST(CudaKernels, RopeMatchesCpuForBothPairings) {
+  DF_REQUIRE_GPU();
+  const int n_heads = 3, head_dim = 64, n_rot = 48, n_tok = 4;
+  const float base = 1e6f;
+  const std::vector<int32_t> pos = {0, 1, 517, 4095};
+  const auto table = cuda::rope_table(4096, n_rot, base);
+  auto dtable = cuda::to_device(table);
+  auto dpos = cuda::to_device(pos);
+  for (auto style : {model::RopeStyle::kNormal, model::RopeStyle::kNeox}) {
+    auto x = random_floats(n_tok * n_heads * head_dim, 31, -2.0f, 2.0f);
+    auto want = x;
+    for (int t = 0; t < n_tok; ++t)
+      cpu::rope(want.data() + t * n_heads * head_dim, n_heads, head_dim, n_rot, pos[t], base, style);
+    auto dx = cuda::to_device(x);
+    cuda::rope({.x = dx.as<float>(), .n_tok = n_tok, .n_heads = n_heads, .head_dim = head_dim, .n_rot = n_rot,
+                .pos = dpos.as<int32_t>(), .table = dtable.as<float>(), .n_pos = 4096, .style = style});
+    auto got = download<float>(dx, x.size());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], want[i]) << i << " neox " << (style == model::RopeStyle::kNeox);
+  }
+}
+
+struct AttnCase {
+  int n_head, n_head_kv, hk, hv;
+  int64_t pos0, n_tok;
+};
+class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
+
+// The same f16 accumulator updates in the same position order; the scores' dot products sum in another order and
+// expf differs by up to 2 ulp, which can flip an f16 rounding of the accumulator: outputs (|v| <= 1) within 4e-3.
+TEST_P(CudaAttention, MatchesCpuAttention) {
+  DF_REQUIRE_GPU();
+  const auto c = GetParam();
+  const int64_t n_pos = c.pos0 + c.n_tok;
+  const int64_t kd = int64_t(c.n_head_kv) * c.hk, vd = int64_t(c.n_head_kv) * c.hv;
+  auto q = random_floats(c.n_tok * c.n_head * c.hk, 41, -2.0f, 2.0f);
+  auto kf = random_floats(n_pos * kd, 42, -1.0f, 1.0f);
+  auto vf = random_floats(n_pos * vd, 43, -1.0f, 1.0f);
+  std::vector<uint16_t> k16(kf.size()), v16(vf.size());
+  for (size_t i = 0; i < kf.size(); ++i) k16[i] = cpu::f32_to_f16(kf[i]);
+  for (size_t i = 0; i < vf.size(); ++i) v16[i] = cpu::f32_to_f16(vf[i]);
+  const float scale = 1.0f / std::sqrt(float(c.hk));
+  std::vector<float> want(c.n_tok * c.n_head * c.hv);
+  auto ctx = scalar_context();
+  cpu::attention(ctx, {.q = q.data(), .k = k16.data(), .v = v16.data(), .out = want.data(), .n_head = c.n_head,
+                       .n_head_kv = c.n_head_kv, .head_dim_k = c.hk, .head_dim_v = c.hv, .pos0 = c.pos0,
+                       .n_tok = c.n_tok, .scale = scale});
+  std::vector<int32_t> pos(c.n_tok);
+  std::iota(pos.begin(), pos.end(), int32_t(c.pos0));
+  auto dq = cuda::to_device(q);
+  auto dk = cuda::to_device(k16);
+  auto dv = cuda::to_device(v16);
+  auto dpos = cuda::to_device(pos);
+  cuda::DeviceBuffer dout(want.size() * 4);
+  cuda::attention({.q = dq.as<float>(), .k = dk.as<uint16_t>(), .v = dv.as<uint16_t>(), .out = dout.as<float>(),
+                   .pos = dpos.as<int32_t>(), .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim_k = c.hk,
+                   .head_dim_v = c.hv, .n_tok = c.n_tok, .scale = scale});
+  auto got = download<float>(dout, want.size());
+  double worst = 0;
+  size_t exact = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])));
+    exact += got[i] == want[i];
+    ASSERT_NEAR(got[i], want[i], 4e-3) << "element " << i;
+  }
+  std::printf("[attention] heads %d/%d dims %d/%d pos0 %lld n_tok %lld: max diff %.2e, %zu of %zu exact\n", c.n_head,
+              c.n_head_kv, c.hk, c.hv, (long long)c.pos0, (long long)c.n_tok, worst, exact, want.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         ::testing::Values(AttnCase{4, 2, 64, 64, 0, 1}, AttnCase{4, 2, 64, 64, 300, 1},
+                                           AttnCase{8, 2, 128, 128, 0, 37}, AttnCase{4, 4, 256, 256, 250, 9},
+                                           AttnCase{6, 3, 96, 80, 511, 3}),
+                         [](const auto& i) {
+                           const AttnCase& c = i.param;
+                           return "h" + std::to_string(c.n_head) + "kv" + std::to_string(c.n_head_kv) + "_d" +
+                                  std::to_string(c.hk) + "v" + std::to_string(c.hv) + "_pos" + std::to_string(c.pos0) +
+                                  "_tok" + std::to_string(c.n_tok);
+                         });
+
+TEST(CudaKernels, StoreKvRoundsToF16AtThePositions) {
+  DF_REQUIRE_GPU();
+  const int64_t n_ctx = 16, dk = 24, dv = 40, n_tok = 3;
+  const std::vector<int32_t> pos = {4, 5, 15};
+  auto k = random_floats(n_tok * dk, 51), v = random_floats(n_tok * dv, 52);
+  cuda::DeviceBuffer kc(n_ctx * dk * 2), vc(n_ctx * dv * 2);
+  DF_CUDA_CHECK(cudaMemset(kc.data(), 0, kc.size()));
+  DF_CUDA_CHECK(cudaMemset(vc.data(), 0, vc.size()));
+  auto dk_ = cuda::to_device(k), dv_ = cuda::to_device(v), dpos = cuda::to_device(pos);
+  cuda::store_kv({.k = dk_.as<float>(), .v = dv_.as<float>(), .k_cache = kc.as<uint16_t>(),
+                  .v_cache = vc.as<uint16_t>(), .pos = dpos.as<int32_t>(), .n_tok = n_tok, .dim_k = dk, .dim_v = dv,
+                  .n_ctx = n_ctx});
+  auto gk = download<uint16_t>(kc, n_ctx * dk), gv = download<uint16_t>(vc, n_ctx * dv);
+  std::vector<uint16_t> wk(n_ctx * dk, 0), wv(n_ctx * dv, 0);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    cpu::scalar_kernels().to_f16(k.data() + t * dk, wk.data() + pos[t] * dk, dk);
+    cpu::scalar_kernels().to_f16(v.data() + t * dv, wv.data() + pos[t] * dv, dv);
+  }
+  EXPECT_EQ(gk, wk);
+  EXPECT_EQ(gv, wv);
+}
+
+// expf within 2 ulp of the CPU's exp: outputs within 4 ulp.
+TEST(CudaKernels, SwigluAndAddMatchCpu) {
+  DF_REQUIRE_GPU();
+  const int64_t n = 5000;
+  auto g = random_floats(n, 61, -12.0f, 12.0f), u = random_floats(n, 62, -3.0f, 3.0f);
+  std::vector<float> want(n);
+  cpu::swiglu(g.data(), u.data(), n, want.data());
+  auto dg = cuda::to_device(g), du = cuda::to_device(u);
+  cuda::swiglu({.gate = dg.as<float>(), .up = du.as<float>(), .y = dg.as<float>(), .n = n});
+  auto got = download<float>(dg, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(within_ulps(got[i], want[i], 4)) << i << " " << got[i] << " " << want[i];
+
+  // The residual add: exact.
+  auto dx = cuda::to_device(u);
+  cuda::add({.x = dx.as<float>(), .y = dg.as<float>(), .n = n});
+  auto sum = download<float>(dx, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sum[i], u[i] + got[i]) << i;
+}
+
+// The CPU engine's routing (Forward::moe_ffn), restated: softmax, stable sort, renormalized top k.
+void cpu_route(const float* logits, int n_expert, int n_used, bool norm, int32_t* ids, float* w) {
+  std::vector<float> p(logits, logits + n_expert);
+  cpu::softmax(p.data(), n_expert);
+  std::vector<int32_t> order(n_expert);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+  double sum = 0;
+  for (int k = 0; k < n_used; ++k) sum += double(p[order[k]]);
+  const float fsum = std::max(float(sum), 6.103515625e-5f);
+  for (int k = 0; k < n_used; ++k) {
+    ids[k] = order[k];
+    w[k] = norm ? p[order[k]] / fsum : p[order[k]];
+  }
+}
+
+// Ids exact (including a tie, which goes to the lower id); weights within 8 ulp (expf's 2 ulp through the
+// normalizations).
+TEST(CudaKernels, RouteSelectsTheCpuExpertsAndWeights) {
+  DF_REQUIRE_GPU();
+  for (auto [n_expert, n_used] : {std::pair{8, 2}, std::pair{128, 8}, std::pair{60, 4}}) {
+    for (bool norm : {true, false}) {
+      const int64_t n_tok = 5;
+      auto logits = random_floats(n_tok * n_expert, 71 + n_expert, -4.0f, 4.0f);
+      logits[3] = logits[5] = 9.0f;  // token 0: two equal best experts
+      std::vector<int32_t> wid(n_tok * n_used);
+      std::vector<float> ww(n_tok * n_used);
+      for (int64_t t = 0; t < n_tok; ++t)
+        cpu_route(logits.data() + t * n_expert, n_expert, n_used, norm, wid.data() + t * n_used, ww.data() + t * n_used);
+      auto dl = cuda::to_device(logits);
+      cuda::DeviceBuffer did(wid.size() * 4), dw(ww.size() * 4);
+      cuda::route({.logits = dl.as<float>(), .n_tok = n_tok, .n_expert = n_expert, .n_used = n_used,
+                   .norm_topk = norm, .ids = did.as<int32_t>(), .weights = dw.as<float>()});
+      auto gid = download<int32_t>(did, wid.size());
+      auto gw = download<float>(dw, ww.size());
+      EXPECT_EQ(gid, wid) << n_expert << "/" << n_used;
+      EXPECT_EQ(gid[0], 3);
+      for (size_t i = 0; i < ww.size(); ++i) ASSERT_TRUE(within_ulps(gw[i], ww[i], 8)) << i;
+    }
+  }
+}
+
+// The CPU's combine loop order and roundings: exact.
+TEST(CudaKernels, MoeCombineMatchesCpuOrder) {
+  DF_REQUIRE_GPU();
+  const int64_t n_tok = 3, E = 300;
+  const int K = 4;
+  auto eo = random_floats(n_tok * K * E, 81), w = random_floats(n_tok * K, 82, 0.0f, 1.0f);
+  std::vector<float> want(n_tok * E);
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int k = 0; k < K; ++k)
+      for (int64_t i = 0; i < E; ++i) {
+        const float v = eo[(t * K + k) * E + i] * w[t * K + k];
+        want[t * E + i] = k == 0 ? v : want[t * E + i] + v;
+      }
+  auto deo = cuda::to_device(eo), dw = cuda::to_device(w);
+  cuda::DeviceBuffer dout(want.size() * 4);
+  cuda::moe_combine({.expert_out = deo.as<float>(), .weights = dw.as<float>(), .out = dout.as<float>(),
+                     .n_tok = n_tok, .n_embd = E, .n_used = K});
+  EXPECT_EQ(download<float>(dout, want.size()), want);
+}
+
+class CudaGetRows : public ::testing::TestWithParam<GgmlType> {};
+
+// Dequantization is exact.
+TEST_P(CudaGetRows, MatchCpuGetRow) {
+  DF_REQUIRE_GPU();
+  const HostMat table = random_mat(GetParam(), 50, 320, 91);
+  const std::vector<int32_t> ids = {49, 0, 7, 7};
+  std::vector<float> want(ids.size() * table.cols);
+  for (size_t i = 0; i < ids.size(); ++i) cpu::get_row(table.mat(), ids[i], want.data() + i * table.cols);
+  cuda::DeviceBuffer dt(table.bytes.size());
+  dt.upload(table.bytes.data(), table.bytes.size());
+  auto did = cuda::to_device(ids);
+  cuda::DeviceBuffer dout(want.size() * 4);
+  cuda::get_rows({.table = dmat(table, dt), .ids = did.as<int32_t>(), .n = int64_t(ids.size()),
+                  .out = dout.as<float>()});
+  EXPECT_EQ(download<float>(dout, want.size()), want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaGetRows,
+                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16,
+                                           GgmlType::F32),
+                         type_param_name);
+
+// The first index of the maximum, as the CPU sampler's argmax.
+TEST(CudaKernels, ArgmaxTakesTheFirstMaximum) {
+  DF_REQUIRE_GPU();
+  const int64_t n = 151936, rows = 3;
+  auto x = random_floats(rows * n, 101, -10.0f, 10.0f);
+  x[70000] = x[90000] = 50.0f;          // row 0: a tie
+  x[n + n - 1] = 60.0f;                 // row 1: the last element
+  x[2 * n + 0] = 70.0f;                 // row 2: the first element
+  auto dx = cuda::to_device(x);
+  cuda::DeviceBuffer dout(rows * 4);
+  cuda::argmax({.x = dx.as<float>(), .n_rows = rows, .n = n, .out = dout.as<int32_t>()});
+  auto got = download<int32_t>(dout, rows);
+  EXPECT_EQ(got, (std::vector<int32_t>{70000, int32_t(n - 1), 0}));
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_EQ(got[r], std::max_element(x.begin() + r * n, x.begin() + (r + 1) * n) - (x.begin() + r * n));
+}
+
+}  // namespace
+}  // namespace df::test
