@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "diskformer/cache/slot_pool.h"
 #include "diskformer/io/reader.h"
 #include "diskformer/store/ingest.h"
 #include "diskformer/store/record.h"
@@ -253,3 +254,60 @@ class RemoveTempOnSuccess : public ::testing::Environment {
 };
 const auto* const kRemoveTemp = ::testing::AddGlobalTestEnvironment(new RemoveTempOnSuccess);
 }  // namespace
+
+namespace df::store {
+namespace {
+
+TEST(RecordKey, PacksIntoOneNumber) {
+  for (RecordKey k : {RecordKey{RecordKind::kExpert, 47, 127}, RecordKey{RecordKind::kTableRow, 1, 151935},
+                      RecordKey{RecordKind::kLayer, 1'000'000, 0}}) {
+    RecordKey u = unpack(pack(k));
+    EXPECT_EQ(u.kind, k.kind);
+    EXPECT_EQ(u.layer, k.layer);
+    EXPECT_EQ(u.index, k.index);
+  }
+  EXPECT_NE(pack({RecordKind::kExpert, 1, 0}), pack({RecordKind::kExpert, 0, 1}));
+  EXPECT_NE(pack({RecordKind::kExpert, 0, 0}), pack({RecordKind::kLayer, 0, 0}));
+}
+
+// The contract with cache/: a slot pool whose locator is a RecordMap holds the same record images whether the map
+// points into the GGUF (three slices per expert) or into a store (one aligned range).
+TEST(RecordMap, SlotPoolReadsTheSameImagesFromBothMaps) {
+  DF_REQUIRE_SHARED(path, "models/mixtral-q4_0.gguf");
+  fs::path dir = test::temp_dir("pool");
+  Store store = ingest_into(path, dir);
+  gguf::File f = load(path);
+  auto in_place = RecordMap::in_place(f);
+  ASSERT_TRUE(in_place.ok());
+  std::vector<std::vector<uint8_t>> images[2];
+  for (int which = 0; which < 2; ++which) {
+    const RecordMap& map = which == 0 ? *in_place : store.records();
+    auto reader = io::Reader::create();
+    ASSERT_TRUE(reader.ok());
+    auto file = (*reader)->open(map.path());
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    io::FileId id = *file;
+    cache::Locator locate = [&map, id](cache::Key key, std::vector<cache::Extent>& out) -> Status {
+      std::vector<RecordPart> parts;
+      DF_TRY(map.parts(unpack(key), parts));
+      for (const auto& p : parts) out.push_back({id, p.file_offset, p.length, p.slot_offset});
+      return {};
+    };
+    uint64_t record = map.record_bytes(RecordKind::kExpert, 0);
+    auto pool = cache::HostSlotPool::create(std::move(reader).value(), locate, {.slots = 4, .slot_bytes = record});
+    ASSERT_TRUE(pool.ok()) << pool.error().message;
+    for (const auto& el : map.expert_layers())
+      for (uint32_t e = 0; e < el.n_experts; ++e) {
+        auto h = (*pool)->get(pack({RecordKind::kExpert, el.layer, e}));
+        ASSERT_TRUE(h.ok()) << h.error().message;
+        images[which].emplace_back(h->bytes(), h->bytes() + record);
+      }
+  }
+  ASSERT_EQ(images[0].size(), 32u);
+  EXPECT_NE(images[0][5], std::vector<uint8_t>(images[0][5].size(), 0));
+  EXPECT_NE(images[0][5], images[0][6]);
+  EXPECT_TRUE(images[0] == images[1]);
+}
+
+}  // namespace
+}  // namespace df::store

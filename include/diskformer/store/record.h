@@ -34,6 +34,14 @@ struct RecordKey {
   uint32_t index = 0;  // expert id, row id; 0 for kLayer
 };
 
+// A key as one 64-bit number (for caches keyed by integers): kind in bits 56-63, layer in 32-55, index in 0-31.
+constexpr uint64_t pack(RecordKey k) {
+  return uint64_t{static_cast<uint8_t>(k.kind)} << 56 | uint64_t{k.layer & 0xffffffu} << 32 | k.index;
+}
+constexpr RecordKey unpack(uint64_t v) {
+  return {static_cast<RecordKind>(v >> 56), static_cast<uint32_t>(v >> 32) & 0xffffffu, static_cast<uint32_t>(v)};
+}
+
 struct ByteRange {
   uint64_t offset = 0;
   uint64_t length = 0;
