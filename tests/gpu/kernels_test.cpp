@@ -266,7 +266,7 @@ TEST(CudaKernels, StoreKvRoundsToF16AtThePositions) {
   EXPECT_EQ(gv, wv);
 }
 
-// expf within 2 ulp of the CPU's exp: outputs within 4 ulp.
+// The device's expf and the CPU's exp differ by up to 3 ulp; with the add, divide and multiply: within 8 ulp.
 TEST(CudaKernels, SwigluAndAddMatchCpu) {
   DF_REQUIRE_GPU();
   const int64_t n = 5000;
@@ -276,7 +276,7 @@ TEST(CudaKernels, SwigluAndAddMatchCpu) {
   auto dg = cuda::to_device(g), du = cuda::to_device(u);
   cuda::swiglu({.gate = dg.as<float>(), .up = du.as<float>(), .y = dg.as<float>(), .n = n});
   auto got = download<float>(dg, n);
-  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(within_ulps(got[i], want[i], 4)) << i << " " << got[i] << " " << want[i];
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(within_ulps(got[i], want[i], 8)) << i << " " << got[i] << " " << want[i];
 
   // The residual add: exact.
   auto dx = cuda::to_device(u);
@@ -301,8 +301,8 @@ void cpu_route(const float* logits, int n_expert, int n_used, bool norm, int32_t
   }
 }
 
-// Ids exact (including a tie, which goes to the lower id); weights within 8 ulp (expf's 2 ulp through the
-// normalizations).
+// Ids exact (including a tie, which goes to the lower id); weights within 16 ulp (the two expf's differ by up to
+// 3 ulp, carried through the softmax sum, its reciprocal and the renormalization).
 TEST(CudaKernels, RouteSelectsTheCpuExpertsAndWeights) {
   DF_REQUIRE_GPU();
   for (auto [n_expert, n_used] : {std::pair{8, 2}, std::pair{128, 8}, std::pair{60, 4}}) {
@@ -322,7 +322,7 @@ TEST(CudaKernels, RouteSelectsTheCpuExpertsAndWeights) {
       auto gw = download<float>(dw, ww.size());
       EXPECT_EQ(gid, wid) << n_expert << "/" << n_used;
       EXPECT_EQ(gid[0], 3);
-      for (size_t i = 0; i < ww.size(); ++i) ASSERT_TRUE(within_ulps(gw[i], ww[i], 8)) << i;
+      for (size_t i = 0; i < ww.size(); ++i) ASSERT_TRUE(within_ulps(gw[i], ww[i], 16)) << i;
     }
   }
 }
