@@ -56,6 +56,10 @@ void undefined_error(const Value& v) {
   fail(v.s.empty() ? std::string("value is undefined") : v.s);
 }
 
+Interp::~Interp() {
+  for (auto& s : closures_) s->vars.clear();
+}
+
 std::string Interp::run(const Body& body) {
   std::string out;
   out_ = &out;
@@ -232,6 +236,7 @@ void Interp::exec_set(const Stmt& s) {
 
 void Interp::define_macro(const Stmt& s) {
   auto closure = scope_;
+  closures_.push_back(closure);
   const Stmt* m = &s;
   scope_->set(s.name, Value::function([this, m, closure](CallArgs& args) {
     const Value* caller = nullptr;

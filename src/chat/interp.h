@@ -24,6 +24,9 @@ struct Scope {
 class Interp {
  public:
   Interp(const RenderOptions& options, std::shared_ptr<Scope> root) : opt_(options), scope_(std::move(root)) {}
+  ~Interp();
+  Interp(const Interp&) = delete;
+  Interp& operator=(const Interp&) = delete;
 
   std::string run(const Body& body);
   int line() const { return line_; }
@@ -61,6 +64,8 @@ class Interp {
   std::string* out_ = nullptr;
   int line_ = 0;
   int depth_ = 0;  // nested macro calls, bounded so that a recursive template cannot exhaust the stack
+  // Scopes that hold a macro which captured them (a shared_ptr cycle); emptied when rendering ends.
+  std::vector<std::shared_ptr<Scope>> closures_;
 };
 
 // Throws Jinja's UndefinedError for an operation on an undefined value.
