@@ -1,0 +1,139 @@
+"""The reference outputs of a trained GGUF: the PyTorch model of model.py run on the file's dequantized weights,
+with diskformer's CPU rounding (model.Numerics), writes greedy continuations of held-out prompts and the
+perplexity of a fixed held-out token span. tests/trained checks the engine against this file.
+
+    python3 tools/train/reference.py --gguf models/kjv-moe.gguf --data .train -o models/kjv-moe.reference.json
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_file import GGUFFile, Q4_0, Q8_0, piece_text  # noqa: E402
+from model import Config, Numerics, Qwen3Moe  # noqa: E402
+
+
+def model_from_gguf(g: GGUFFile, device) -> Qwen3Moe:
+    md = g.metadata
+    if md.get("general.architecture") != "qwen3moe":
+        sys.exit(f"reference: {g.path} is not a qwen3moe model")
+    a = "qwen3moe."
+    cfg = Config(n_vocab=len(md["tokenizer.ggml.tokens"]), n_layer=md[a + "block_count"],
+                 n_embd=md[a + "embedding_length"], n_head=md[a + "attention.head_count"],
+                 n_head_kv=md[a + "attention.head_count_kv"], head_dim=md[a + "attention.key_length"],
+                 n_expert=md[a + "expert_count"], n_expert_used=md[a + "expert_used_count"],
+                 n_ff_expert=md[a + "expert_feed_forward_length"], context_length=md[a + "context_length"],
+                 rope_freq_base=md[a + "rope.freq_base"], rms_eps=md[a + "attention.layer_norm_rms_epsilon"],
+                 dropout=0.0)
+    if "output.weight" in g.tensors:
+        sys.exit(f"reference: {g.path} has an untied output.weight; model.py ties the head to token_embd")
+    m = Qwen3Moe(cfg)
+    names = m.gguf_names()
+    state = {k: torch.from_numpy(g.tensor(v)) for k, v in names.items()}
+    m.load_state_dict(state, strict=True)
+    quantized = any(t[1] in (Q4_0, Q8_0) for t in g.tensors.values())
+    m.numerics = Numerics(q8_activations=quantized, f16_attention=True, ggml_rope=True)
+    return m.to(device).eval()
+
+
+@torch.no_grad()
+def greedy(m, prompt_ids, n, device):
+    ids = list(prompt_ids)
+    out, margins = [], []
+    for _ in range(n):
+        logits, _, _ = m(torch.tensor([ids], device=device))
+        last = logits[0, -1]
+        top2 = last.topk(2)
+        margins.append(float(top2.values[0] - top2.values[1]))
+        nxt = int(torch.argmax(last))
+        out.append(nxt)
+        ids.append(nxt)
+    return out, margins
+
+
+@torch.no_grad()
+def perplexity(m, ids, device):
+    t = torch.tensor([ids], device=device)
+    logits, _, routes = m(t)
+    nll = F.cross_entropy(logits[0, :-1].double(), t[0, 1:], reduction="sum").item()
+    return math.exp(nll / (len(ids) - 1)), routes
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gguf", required=True)
+    ap.add_argument("--data", default=".train", help="folder with heldout.bin and prompts.json")
+    ap.add_argument("-o", "--out", required=True)
+    ap.add_argument("--n-predict", type=int, default=64)
+    ap.add_argument("--ppl-tokens", type=int, default=512, help="held-out span for the perplexity, from its start")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+
+    t0 = time.time()
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 products, as the engine computes them
+    torch.backends.cudnn.allow_tf32 = False
+    device = torch.device(args.device)
+    g = GGUFFile(args.gguf)
+    m = model_from_gguf(g, device)
+    tokens, types = g.metadata["tokenizer.ggml.tokens"], g.metadata["tokenizer.ggml.token_type"]
+    with open(os.path.join(args.data, "prompts.json")) as f:
+        prompts = json.load(f)
+    held = np.fromfile(os.path.join(args.data, "heldout.bin"), dtype="<u2").astype(np.int64)
+    if held.size < args.ppl_tokens:
+        sys.exit(f"reference: heldout.bin has {held.size} tokens, fewer than --ppl-tokens {args.ppl_tokens}")
+
+    cases = []
+    for p in prompts:
+        ids, margins = greedy(m, p["prompt_ids"], args.n_predict, device)
+        text = piece_text(tokens, types, ids)
+        cases.append({"prompt": p["prompt"], "prompt_ids": p["prompt_ids"], "continuation_ids": ids,
+                      "continuation_text": text, "min_top2_margin": round(min(margins), 4)})
+        print(f"{p['prompt']!r} -> {text!r} (smallest top-2 logit margin {min(margins):.3f})", flush=True)
+    span = [int(x) for x in held[: args.ppl_tokens]]
+    ppl, routes = perplexity(m, span, device)
+    print(f"held-out perplexity over {len(span)} tokens: {ppl:.4f}", flush=True)
+
+    # Routing statistics of the span: per-layer expert popularity, and how often a token reuses an expert of the
+    # token before it in the same layer.
+    r = routes[:, 0].cpu()  # [L, T, K]
+    popularity, reuse = [], []
+    for layer in r:
+        c = torch.bincount(layer.reshape(-1), minlength=m.c.n_expert).float()
+        popularity.append([round(float(x), 4) for x in c / c.sum()])
+        same = [len(set(layer[t].tolist()) & set(layer[t - 1].tolist())) / layer.shape[1]
+                for t in range(1, layer.shape[0])]
+        reuse.append(round(float(np.mean(same)), 4))
+    print("expert reuse between consecutive tokens per layer: " + " ".join(f"{x:.2f}" for x in reuse))
+
+    with open(args.gguf, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    out = {
+        "generator": "tools/train/reference.py",
+        "model": os.path.basename(args.gguf),
+        "model_sha256": sha,
+        "numerics": vars(m.numerics),
+        "torch": torch.__version__,
+        "device": str(device),
+        "n_predict": args.n_predict,
+        "cases": cases,
+        "perplexity": {"source": "heldout.bin", "offset": 0, "n_tokens": len(span), "token_ids": span,
+                       "value": ppl},
+        "routing": {"expert_share": popularity, "consecutive_reuse": reuse},
+    }
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
+    print(f"wrote {args.out} ({time.time() - t0:.0f}s)")
+
+
+if __name__ == "__main__":
+    main()
