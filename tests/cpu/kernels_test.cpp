@@ -192,6 +192,20 @@ TEST(Kernels, HalfAccumulatorsMatchScalar) {
   }
 }
 
+TEST(Kernels, HalfToFloatIsExactForEveryHalf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    _Float16 v;
+    const uint16_t hh = uint16_t(h);
+    std::memcpy(&v, &hh, 2);
+    const float want = static_cast<float>(v), got = f16_to_f32(hh);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << h;
+    } else {
+      ASSERT_EQ(bits(got), bits(want)) << h;
+    }
+  }
+}
+
 TEST(Kernels, HalfConversionRoundsToNearestEven) {
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(f32_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // halfway between 1 and the next half: even (down)

@@ -12,6 +12,10 @@ namespace df::cpu {
 
 namespace {
 
+// F16C conversions (the portable ones in numeric.h compile to library calls).
+DF_AVX2 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+DF_AVX2 inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+
 // Products of two signed byte vectors summed in pairs then quads: 8 int32 lanes (exact).
 DF_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
   const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
@@ -38,7 +42,7 @@ DF_AVX2 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float amax = _mm_cvtss_f32(m4);
-    y[b].d = f32_to_f16(amax / 127.0f);
+    y[b].d = f2h(amax / 127.0f);
     const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
     alignas(32) int32_t q[kQK];
     for (int j = 0; j < 4; ++j) {
@@ -54,7 +58,7 @@ DF_AVX2 void to_f16(const float* x, uint16_t* y, int64_t n) {
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-  for (; i < n; ++i) y[i] = f32_to_f16(x[i]);
+  for (; i < n; ++i) y[i] = f2h(x[i]);
 }
 
 void to_bf16(const float* x, uint16_t* y, int64_t n) {
@@ -70,7 +74,7 @@ DF_AVX2 inline float hsum_lanes8(__m256 acc) {
 DF_AVX2 float dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK; ++b) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d));
+    const __m256 d = _mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d));
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(unpack_q4_0(w[b].qs), q)), acc);
   }
@@ -80,7 +84,7 @@ DF_AVX2 float dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
 DF_AVX2 float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK; ++b) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d));
+    const __m256 d = _mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d));
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(x, q)), acc);
@@ -92,10 +96,10 @@ DF_AVX2 void dot4_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* cons
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256i x = unpack_q4_0(w[b].qs);
-    const float dw = f16_to_f32(w[b].d);
+    const float dw = h2f(w[b].d);
     for (int t = 0; t < 4; ++t) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][b].qs));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(a[t][b].d)), _mm256_cvtepi32_ps(dot_i8(x, q)), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(a[t][b].d)), _mm256_cvtepi32_ps(dot_i8(x, q)), acc[t]);
     }
   }
   for (int t = 0; t < 4; ++t) out[t] = hsum_lanes8(acc[t]);
@@ -105,10 +109,10 @@ DF_AVX2 void dot4_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* cons
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-    const float dw = f16_to_f32(w[b].d);
+    const float dw = h2f(w[b].d);
     for (int t = 0; t < 4; ++t) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][b].qs));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(a[t][b].d)), _mm256_cvtepi32_ps(dot_i8(x, q)), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(a[t][b].d)), _mm256_cvtepi32_ps(dot_i8(x, q)), acc[t]);
     }
   }
   for (int t = 0; t < 4; ++t) out[t] = hsum_lanes8(acc[t]);
@@ -145,7 +149,7 @@ DF_AVX2 void mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
     const __m256 r = _mm256_fmadd_ps(load_f16x8(x + i), vv, load_f16x8(y + i));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) y[i] = f32_to_f16(std::fma(f16_to_f32(x[i]), v, f16_to_f32(y[i])));
+  for (; i < n; ++i) y[i] = f2h(std::fma(h2f(x[i]), v, h2f(y[i])));
 }
 
 DF_AVX2 void scale_f16(int64_t n, uint16_t* y, float v) {
@@ -155,7 +159,7 @@ DF_AVX2 void scale_f16(int64_t n, uint16_t* y, float v) {
     const __m256 r = _mm256_mul_ps(load_f16x8(y + i), vv);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) y[i] = f32_to_f16(f16_to_f32(y[i]) * v);
+  for (; i < n; ++i) y[i] = f2h(h2f(y[i]) * v);
 }
 
 }  // namespace

@@ -12,6 +12,10 @@ namespace df::cpu {
 
 namespace {
 
+// F16C conversions (the portable ones in numeric.h compile to library calls).
+DF_AVX512 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+DF_AVX512 inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+
 DF_AVX512 inline __m256i nibbles_q4_0(const uint8_t* qs) {  // elements 0..31 as unsigned 0..15
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
@@ -44,13 +48,13 @@ DF_AVX512 float dot_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a)
     const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles_q4_0(w[b].qs)), nibbles_q4_0(w[b + 1].qs), 1);
     const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(load32(a[b].qs)), load32(a[b + 1].qs), 1);
     const __m512 p = _mm512_cvtepi32_ps(lanes_u8(u, q, bias));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d)), _mm512_castps512_ps256(p), acc);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b + 1].d) * f16_to_f32(a[b + 1].d)),
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), _mm512_castps512_ps256(p), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b + 1].d) * h2f(a[b + 1].d)),
                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1)), acc);
   }
   for (; b < nb; ++b) {
     const __m256 p = _mm256_cvtepi32_ps(lanes_u8(nibbles_q4_0(w[b].qs), load32(a[b].qs), _mm256_set1_epi8(8)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d)), p, acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), p, acc);
   }
   return sum_lanes(acc);
 }
@@ -65,14 +69,14 @@ DF_AVX512 float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a)
     const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load32(w[b].qs)), load32(w[b + 1].qs), 1);
     const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(load32(a[b].qs)), load32(a[b + 1].qs), 1);
     const __m512 p = _mm512_cvtepi32_ps(lanes_u8(_mm512_xor_si512(x, flip), q, flip));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d)), _mm512_castps512_ps256(p), acc);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b + 1].d) * f16_to_f32(a[b + 1].d)),
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), _mm512_castps512_ps256(p), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b + 1].d) * h2f(a[b + 1].d)),
                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1)), acc);
   }
   for (; b < nb; ++b) {
     const __m256i f = _mm256_set1_epi8(char(0x80));
     const __m256 p = _mm256_cvtepi32_ps(lanes_u8(_mm256_xor_si256(load32(w[b].qs), f), load32(a[b].qs), f));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[b].d) * f16_to_f32(a[b].d)), p, acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), p, acc);
   }
   return sum_lanes(acc);
 }
@@ -82,10 +86,10 @@ DF_AVX512 void dot4_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* co
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256i u = nibbles_q4_0(w[b].qs);
-    const float dw = f16_to_f32(w[b].d);
+    const float dw = h2f(w[b].d);
     for (int t = 0; t < 4; ++t) {
       const __m256 p = _mm256_cvtepi32_ps(lanes_u8(u, load32(a[t][b].qs), bias));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(a[t][b].d)), p, acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(a[t][b].d)), p, acc[t]);
     }
   }
   for (int t = 0; t < 4; ++t) out[t] = sum_lanes(acc[t]);
@@ -96,10 +100,10 @@ DF_AVX512 void dot4_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* co
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256i u = _mm256_xor_si256(load32(w[b].qs), flip);
-    const float dw = f16_to_f32(w[b].d);
+    const float dw = h2f(w[b].d);
     for (int t = 0; t < 4; ++t) {
       const __m256 p = _mm256_cvtepi32_ps(lanes_u8(u, load32(a[t][b].qs), flip));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(a[t][b].d)), p, acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(a[t][b].d)), p, acc[t]);
     }
   }
   for (int t = 0; t < 4; ++t) out[t] = sum_lanes(acc[t]);

@@ -24,10 +24,23 @@ static_assert(sizeof(BlockQ8_0) == 34);
 
 constexpr int kQK = 32;  // elements per Q4_0 / Q8_0 block
 
+// Exact, by bit manipulation (a _Float16 conversion compiles to a library call without F16C).
 inline float f16_to_f32(uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    const float sub = float(mant) * 5.9604644775390625e-08f;  // mant * 2^-24, exact (zero included)
+    std::memcpy(&bits, &sub, 4);
+    bits |= sign;
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 inline uint16_t f32_to_f16(float f) {
   _Float16 v = static_cast<_Float16>(f);
