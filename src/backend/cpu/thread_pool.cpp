@@ -1,5 +1,6 @@
 #include "diskformer/backend/cpu/thread_pool.h"
 
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <string>
@@ -9,7 +10,15 @@
 namespace df::cpu {
 
 namespace {
-constexpr int kSpinRounds = 20000;  // ~tens of microseconds before a worker sleeps
+// A forward pass issues jobs back to back with short serial work between them: a worker that slept would need a
+// futex wake (tens of microseconds) per job, so it spins this long before sleeping.
+constexpr auto kSpinTime = std::chrono::milliseconds(2);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -54,8 +63,7 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
   }
   wake_.notify_all();
   work_on_current();
-  while (done_tasks_.load(std::memory_order_acquire) < n_tasks) {
-  }
+  while (done_tasks_.load(std::memory_order_acquire) < n_tasks) cpu_relax();
   // Workers that woke late must not touch this job's fn after run() returns.
   while (active_.load(std::memory_order_acquire) != 0) {
   }
@@ -64,8 +72,11 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinRounds) ++spins;
+    const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
+    for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
+      cpu_relax();
+      if ((i & 255) == 255 && std::chrono::steady_clock::now() > spin_until) break;
+    }
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return generation_.load() != seen; });
