@@ -168,6 +168,26 @@ TEST(GpuForwardSession, TruncateAndGraphReplayAgreeWithAFreshSession) {
   EXPECT_FALSE((*a)->eval(many).ok());
 }
 
+// Experts grouped by expert for batches: the same logits bit for bit as one (token, slot) per block column.
+TEST(GpuForwardSession, GroupedExpertsGiveTheSameLogits) {
+  DF_REQUIRE_GPU();
+  for (const char* name : {"qwen3moe-q4_0", "qwen3moe-q8_0", "mixtral-q4_0"}) {
+    DF_REQUIRE_SHARED(path, std::string("models/") + name + ".gguf");
+    Loaded m = load(path, 256);
+    ASSERT_TRUE(m.gpu);
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % m.host->spec().n_vocab);
+    auto a = cuda::GpuSession::create(*m.gpu, {.n_ctx = 256, .grouped_experts = true});
+    auto b = cuda::GpuSession::create(*m.gpu, {.n_ctx = 256, .grouped_experts = false});
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_TRUE((*a)->eval(prompt, true).ok());
+    ASSERT_TRUE((*b)->eval(prompt, true).ok());
+    auto la = (*a)->logits();
+    auto lb = (*b)->logits();
+    EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin(), lb.end())) << name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(kModels), param_name);
 INSTANTIATE_TEST_SUITE_P(Models, GpuGold, ::testing::Combine(::testing::ValuesIn(kModels), ::testing::Bool()),
                          [](const auto& info) {

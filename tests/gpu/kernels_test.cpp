@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
 
 #include "diskformer/backend/cpu/ops.h"
 #include "gpu/gpu_support.h"
@@ -136,6 +137,63 @@ TEST_P(CudaMoeMatmul, EachSlotMatchesCpuMatmulOfItsExpert) {
         ASSERT_NEAR(got[v * rows + r], want[r], tol) << "slot " << v << " row " << r << " per_slot " << per_slot;
       }
     }
+  }
+}
+
+// Grouped by expert (several tiles for the busy experts, none for an idle one): bit for bit the per-slot results.
+TEST_P(CudaMoeMatmul, GroupedByExpertEqualsPerSlot) {
+  DF_REQUIRE_GPU();
+  const GgmlType type = GetParam();
+  const int64_t n_expert = 7, rows = 45, cols = 96 * 2, n_tok = 37;
+  const int n_used = 3;
+  const HostMat w = random_mat(type, n_expert * rows, cols, 14);
+  std::vector<int32_t> ids(n_tok * n_used);
+  std::mt19937 rng(15);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    // Distinct experts per token from 0..5 (expert 6 stays idle), skewed towards expert 0.
+    std::vector<int32_t> pool = {0, 1, 2, 3, 4, 5};
+    std::shuffle(pool.begin() + 1, pool.end(), rng);
+    if (t % 3 == 0) std::swap(pool[0], pool[1]);
+    for (int k = 0; k < n_used; ++k) ids[t * n_used + k] = pool[k];
+  }
+  cuda::DeviceBuffer dw(w.bytes.size());
+  dw.upload(w.bytes.data(), w.bytes.size());
+  auto dids = cuda::to_device(ids);
+  const cuda::DMat one{type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
+  const int64_t n_slots = n_tok * n_used;
+  cuda::DeviceBuffer order(n_slots * 4), tiles((1 + 3 * cuda::moe_max_tiles(n_slots, n_expert)) * 4);
+  cuda::moe_plan({.ids = dids.as<int32_t>(), .n_slots = n_slots, .n_expert = int32_t(n_expert),
+                  .order = order.as<int32_t>(), .tiles = tiles.as<int32_t>()});
+  // The plan: every slot once, grouped by expert in increasing order, tiles of at most 8 covering each group.
+  auto ord = download<int32_t>(order, n_slots);
+  auto til = download<int32_t>(tiles, 1 + 3 * cuda::moe_max_tiles(n_slots, n_expert));
+  std::vector<int32_t> sorted = ord;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t v = 0; v < n_slots; ++v) ASSERT_EQ(sorted[v], v);
+  int64_t covered = 0;
+  for (int32_t i = 0; i < til[0]; ++i) {
+    const int32_t e = til[1 + 3 * i], first = til[2 + 3 * i], cnt = til[3 + 3 * i];
+    ASSERT_EQ(first, covered);
+    ASSERT_TRUE(cnt >= 1 && cnt <= 8);
+    for (int32_t j = 0; j < cnt; ++j) ASSERT_EQ(ids[ord[first + j]], e);
+    covered += cnt;
+  }
+  ASSERT_EQ(covered, n_slots);
+  for (bool per_slot : {false, true}) {
+    const int64_t n_in = per_slot ? n_slots : n_tok;
+    const auto x = random_floats(n_in * cols, per_slot ? 16 : 17);
+    auto dx = cuda::to_device(x);
+    cuda::DeviceBuffer want(n_slots * rows * 4), got(n_slots * rows * 4), gathered(n_slots * cols * 4);
+    cuda::DeviceBuffer scratch(std::max<uint64_t>(1, cuda::q8_scratch_bytes(type, cols, n_slots)));
+    cuda::moe_matmul({.w = one, .expert_stride = rows * w.row_bytes, .n_expert = int32_t(n_expert),
+                      .ids = dids.as<int32_t>(), .n_tok = n_tok, .n_used = n_used, .x = dx.as<float>(),
+                      .x_per_slot = per_slot, .y = want.as<float>(), .scratch = scratch.as<uint8_t>()});
+    cuda::moe_matmul_grouped({.w = one, .expert_stride = rows * w.row_bytes, .n_expert = int32_t(n_expert),
+                              .order = order.as<int32_t>(), .tiles = tiles.as<int32_t>(), .n_slots = n_slots,
+                              .n_used = n_used, .x = dx.as<float>(), .x_per_slot = per_slot,
+                              .gathered = gathered.as<float>(), .y = got.as<float>(),
+                              .scratch = scratch.as<uint8_t>()});
+    EXPECT_EQ(download<float>(got, n_slots * rows), download<float>(want, n_slots * rows)) << "per_slot " << per_slot;
   }
 }
 

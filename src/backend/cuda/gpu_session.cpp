@@ -48,6 +48,11 @@ Status GpuSession::allocate() {
     DF_ASSIGN(ids_, DeviceBuffer::alloc(B * K * 4, "expert ids"));
     DF_ASSIGN(wts_, DeviceBuffer::alloc(f32(B * K), "expert weights"));
     DF_ASSIGN(expert_out_, DeviceBuffer::alloc(f32(B * K * E), "expert outputs"));
+    if (opt_.grouped_experts) {
+      DF_ASSIGN(order_, DeviceBuffer::alloc(B * K * 4, "expert order"));
+      DF_ASSIGN(tiles_, DeviceBuffer::alloc((1 + 3 * moe_max_tiles(B * K, s.n_expert)) * 4, "expert tiles"));
+      DF_ASSIGN(gathered_, DeviceBuffer::alloc(f32(B * K * std::max<uint64_t>(E, s.n_ff_expert)), "expert inputs"));
+    }
   }
   // The widest input of any product, for the most input vectors (the experts' down projection has B * K).
   const uint64_t max_cols = std::max<uint64_t>({E, uint64_t(s.n_head) * s.head_dim_v, s.n_ff, s.n_ff_expert});
@@ -224,6 +229,37 @@ void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
   matmul({.w = l.gate_inp.m, .x = xn, .n_tok = n, .y = router_.as<float>(), .scratch = scratch, .stream = stream_});
   route({.logits = router_.as<float>(), .n_tok = n, .n_expert = int(s.n_expert), .n_used = K,
          .norm_topk = s.norm_topk, .ids = ids, .weights = wts_.as<float>(), .stream = stream_});
+  if (opt_.grouped_experts && n > 1) {
+    const int64_t n_slots = n * K;
+    moe_plan({.ids = ids, .n_slots = n_slots, .n_expert = int32_t(s.n_expert), .order = order_.as<int32_t>(),
+              .tiles = tiles_.as<int32_t>(), .stream = stream_});
+    const MoeGroupedMatmulArgs gb{.n_expert = int32_t(s.n_expert), .order = order_.as<int32_t>(),
+                                  .tiles = tiles_.as<int32_t>(), .n_slots = n_slots, .n_used = K,
+                                  .gathered = gathered_.as<float>(), .scratch = scratch, .stream = stream_};
+    MoeGroupedMatmulArgs g = gb, u = gb, d = gb;
+    g.w = l.gate_exps.m, g.expert_stride = l.gate_stride, g.x = xn, g.y = gate;
+    u.w = l.up_exps.m, u.expert_stride = l.up_stride, u.x = xn, u.y = up;
+    moe_matmul_grouped(g);
+    moe_matmul_grouped(u);
+    swiglu({.gate = gate, .up = up, .y = gate, .n = n_slots * int64_t(s.n_ff_expert), .stream = stream_});
+    d.w = l.down_exps.m, d.expert_stride = l.down_stride, d.x = gate, d.x_per_slot = true,
+    d.y = expert_out_.as<float>();
+    moe_matmul_grouped(d);
+  } else {
+    moe_ungrouped(l, n);
+  }
+  moe_combine({.expert_out = expert_out_.as<float>(), .weights = wts_.as<float>(), .out = proj_.as<float>(),
+               .n_tok = n, .n_embd = int64_t(s.n_embd), .n_used = K, .stream = stream_});
+}
+
+// The routed experts one (token, slot) per block column: decode, and batches without grouped_experts.
+void GpuSession::moe_ungrouped(const GpuLayer& l, int64_t n) {
+  const model::ModelSpec& s = model_.spec();
+  const int K = int(s.n_expert_used);
+  const float* xn = xn_.as<float>();
+  uint8_t* scratch = scratch_.as<uint8_t>();
+  float *gate = gate_.as<float>(), *up = up_.as<float>();
+  int32_t* ids = ids_.as<int32_t>();
   const MoeMatmulArgs base{.n_expert = int32_t(s.n_expert), .ids = ids, .n_tok = n, .n_used = K,
                            .scratch = scratch, .stream = stream_};
   MoeMatmulArgs g = base, u = base, d = base;
@@ -235,8 +271,6 @@ void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
   d.w = l.down_exps.m, d.expert_stride = l.down_stride, d.x = gate, d.x_per_slot = true,
   d.y = expert_out_.as<float>();
   moe_matmul(d);
-  moe_combine({.expert_out = expert_out_.as<float>(), .weights = wts_.as<float>(), .out = proj_.as<float>(),
-               .n_tok = n, .n_embd = int64_t(s.n_embd), .n_used = K, .stream = stream_});
 }
 
 }  // namespace df::cuda

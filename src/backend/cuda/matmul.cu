@@ -117,6 +117,39 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) y[v * rows + r] = s;
 }
 
+// grid: (ceil(rows / kWarps), max tiles); block column ty multiplies tile ty of moe_plan's tiles (blocks past the
+// actual count leave). act holds the gathered inputs in plan order.
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * 32)
+    moe_grouped_kernel(const uint8_t* __restrict__ w, uint64_t expert_stride, int32_t n_expert,
+                       const int32_t* __restrict__ order, const int32_t* __restrict__ tiles, int64_t rows, int64_t cols,
+                       uint64_t row_bytes, const uint8_t* __restrict__ act, uint64_t act_stride, float* __restrict__ y) {
+  const int ty = blockIdx.y;
+  if (ty >= tiles[0]) return;
+  const int32_t e = tiles[1 + 3 * ty], first = tiles[2 + 3 * ty], cnt = tiles[3 + 3 * ty];
+  if (e < 0 || e >= n_expert || cnt < 1 || cnt > kTile) __trap();  // a corrupt plan: a bug
+  const int lane = threadIdx.x % 32;
+  const int64_t r = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (r >= rows) return;
+  float acc[kTile] = {};
+  row_dot<T, kTile>(w + uint64_t(e) * expert_stride + r * row_bytes, cols, act + int64_t(first) * act_stride,
+                    act_stride, cnt, lane, acc);
+#pragma unroll
+  for (int j = 0; j < kTile; ++j) {
+    const float s = dev::warp_sum(acc[j]);
+    if (lane == 0 && j < cnt) y[int64_t(order[first + j]) * rows + r] = s;
+  }
+}
+
+// xg[i] = x[src(order[i])]: input rows in plan order (src = the slot, or its token when the input is per token).
+__global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ order, int64_t n_rows,
+                                   int64_t cols, int div, float* __restrict__ xg) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n_rows * cols) return;
+  const int64_t i = idx / cols, c = idx % cols;
+  xg[idx] = x[int64_t(order[i] / div) * cols + c];
+}
+
 bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
 
 void check_mat(const DMat& w) {
@@ -211,6 +244,42 @@ void moe_matmul(const MoeMatmulArgs& a) {
     DF_MOE_CASE(GgmlType::BF16)
     DF_MOE_CASE(GgmlType::F32)
 #undef DF_MOE_CASE
+    default: DF_CHECK(false);
+  }
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
+  check_mat(a.w);
+  DF_CHECK(a.order != nullptr && a.tiles != nullptr && a.x != nullptr && a.gathered != nullptr && a.y != nullptr);
+  DF_CHECK(a.n_slots > 0 && a.n_used > 0 && a.n_expert >= a.n_used && a.n_slots % a.n_used == 0);
+  DF_CHECK(a.expert_stride >= uint64_t(a.w.rows) * a.w.row_bytes);
+  DF_CHECK(static_cast<const void*>(a.gathered) != static_cast<const void*>(a.x));
+  const int64_t max_tiles = moe_max_tiles(a.n_slots, a.n_expert);
+  const int64_t gx = (a.w.rows + kWarps - 1) / kWarps;
+  DF_CHECK(gx <= 0x7fffffff && max_tiles <= 65535);
+  const int64_t n_el = a.n_slots * a.w.cols;
+  const int64_t ggrid = (n_el + 255) / 256;
+  DF_CHECK(ggrid <= 0x7fffffff);
+  gather_rows_kernel<<<unsigned(ggrid), 256, 0, a.stream>>>(a.x, a.order, a.n_slots, a.w.cols,
+                                                            a.x_per_slot ? 1 : a.n_used, a.gathered);
+  DF_CUDA_CHECK_LAUNCH();
+  auto [act, stride] = prepare_act(a.w.type, a.gathered, a.w.cols, a.n_slots, a.scratch, a.stream);
+  const dim3 grid{unsigned(gx), unsigned(max_tiles)};
+  const int threads = kWarps * 32;
+  switch (a.w.type) {
+#define DF_GROUPED_CASE(T)                                                                                    \
+  case T:                                                                                                     \
+    moe_grouped_kernel<T><<<grid, threads, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert, a.order,      \
+                                                          a.tiles, a.w.rows, a.w.cols, a.w.row_bytes, act, stride, \
+                                                          a.y);                                               \
+    break;
+    DF_GROUPED_CASE(GgmlType::Q4_0)
+    DF_GROUPED_CASE(GgmlType::Q8_0)
+    DF_GROUPED_CASE(GgmlType::F16)
+    DF_GROUPED_CASE(GgmlType::BF16)
+    DF_GROUPED_CASE(GgmlType::F32)
+#undef DF_GROUPED_CASE
     default: DF_CHECK(false);
   }
   DF_CUDA_CHECK_LAUNCH();

@@ -73,6 +73,9 @@ struct GpuSessionOptions {
   uint32_t n_ctx = 4096;      // KV cache positions
   uint32_t max_batch = 512;   // tokens per forward pass; longer evals are split
   bool decode_graph = false;  // replay single-token steps from a captured CUDA graph
+  // Batches of several tokens multiply the routed experts grouped by expert (moe_matmul_grouped: each expert's
+  // weights read once per 8 of its tokens) instead of once per (token, slot).
+  bool grouped_experts = false;
 };
 
 // One sequence on the GPU: its KV cache (f16, [n_layer][n_ctx][kv_dim]), work buffers, a stream of its own.
@@ -105,6 +108,7 @@ class GpuSession {
   void forward(int64_t n, bool all_logits, float* logits);
   void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
   void ffn_block(const GpuLayer& l, int64_t n);
+  void moe_ungrouped(const GpuLayer& l, int64_t n);
   void decode_step_graph();
 
   const GpuModel& model_;
@@ -118,6 +122,7 @@ class GpuSession {
   DeviceBuffer x_, xn_, q_, k_, v_, attn_, proj_;  // activations, [max_batch][...]
   DeviceBuffer gate_, up_;          // [max_batch][max(n_ff, n_expert_used * n_ff_expert)]
   DeviceBuffer router_, ids_, wts_, expert_out_;
+  DeviceBuffer order_, tiles_, gathered_;  // grouped experts: moe_plan's output, inputs in plan order
   DeviceBuffer scratch_;            // Q8_0 activations of the current product
   DeviceBuffer logits_dev_;         // [rows][n_vocab]
   DeviceBuffer next_;               // [1] int32: argmax result

@@ -71,6 +71,40 @@ struct MoeMatmulArgs {
 };
 void moe_matmul(const MoeMatmulArgs& a);
 
+// Prefill's routed experts grouped by expert, so that each expert's weight rows are read once per tile of its
+// tokens instead of once per (token, slot). moe_plan sorts the slots by expert on the device (ids never visit the
+// host) and cuts each expert's slots into tiles; moe_matmul_grouped then gathers the input rows in that order and
+// multiplies tile by tile, writing each result to its slot's row. Results equal moe_matmul's bit for bit (each
+// slot's dot products run the same operations in the same order).
+// tiles layout: tiles[0] = the number of tiles, then per tile (expert, first index into order, slot count <= 8).
+int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert);
+struct MoePlanArgs {
+  const int32_t* ids = nullptr;  // [n_slots] expert per slot (the router's output)
+  int64_t n_slots = 0;
+  int32_t n_expert = 0;          // <= 1024
+  int32_t* order = nullptr;      // [n_slots] out: slots grouped by expert
+  int32_t* tiles = nullptr;      // [1 + 3 * moe_max_tiles(n_slots, n_expert)] out
+  cudaStream_t stream = nullptr;
+};
+void moe_plan(const MoePlanArgs& a);
+
+struct MoeGroupedMatmulArgs {
+  DMat w;                        // one expert, as MoeMatmulArgs
+  uint64_t expert_stride = 0;
+  int32_t n_expert = 0;
+  const int32_t* order = nullptr;  // from moe_plan
+  const int32_t* tiles = nullptr;  // from moe_plan
+  int64_t n_slots = 0;           // n_tok * n_used
+  int32_t n_used = 0;
+  const float* x = nullptr;      // as MoeMatmulArgs
+  bool x_per_slot = false;
+  float* gathered = nullptr;     // [n_slots][w.cols] work buffer
+  float* y = nullptr;            // [n_slots][w.rows]
+  uint8_t* scratch = nullptr;    // >= q8_scratch_bytes(w.type, w.cols, n_slots)
+  cudaStream_t stream = nullptr;
+};
+void moe_matmul_grouped(const MoeGroupedMatmulArgs& a);
+
 // y = x / sqrt(mean(x^2) + eps) * weight per row (cpu::rms_norm; square sum in double). In place allowed (y == x).
 struct RmsNormArgs {
   const float* x = nullptr;       // [n_rows][cols]

@@ -1,0 +1,72 @@
+// Groups the routed (token, slot) pairs of a batch by expert on the device, for moe_matmul_grouped: a counting
+// sort in one block (n_expert <= 1024), then the tiles of at most 8 slots of one expert.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "diskformer/backend/cuda/check.h"
+#include "diskformer/backend/cuda/kernels.h"
+#include "diskformer/util/check.h"
+
+namespace df::cuda {
+
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kMaxExperts = 1024;
+constexpr int kTileSlots = 8;  // matmul.cu's kTile
+
+__global__ void __launch_bounds__(kThreads)
+    moe_plan_kernel(const int32_t* __restrict__ ids, int64_t n_slots, int n_expert, int32_t* __restrict__ order,
+                    int32_t* __restrict__ tiles, int64_t max_tiles) {
+  __shared__ int count[kMaxExperts];
+  __shared__ int offset[kMaxExperts];
+  for (int e = threadIdx.x; e < n_expert; e += kThreads) count[e] = 0;
+  __syncthreads();
+  for (int64_t v = threadIdx.x; v < n_slots; v += kThreads) {
+    const int32_t e = ids[v];
+    if (e < 0 || e >= n_expert) __trap();  // the router wrote a bad id: a bug
+    atomicAdd(&count[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int run = 0;
+    int64_t nt = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      offset[e] = run;
+      for (int s = 0; s < count[e]; s += kTileSlots) {
+        if (nt >= max_tiles) __trap();  // cannot happen: max_tiles bounds the sum of ceil(count / 8)
+        tiles[1 + 3 * nt] = e;
+        tiles[2 + 3 * nt] = run + s;
+        tiles[3 + 3 * nt] = min(kTileSlots, count[e] - s);
+        ++nt;
+      }
+      run += count[e];
+    }
+    tiles[0] = int32_t(nt);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_expert; e += kThreads) count[e] = 0;  // now the per-expert cursors
+  __syncthreads();
+  for (int64_t v = threadIdx.x; v < n_slots; v += kThreads) {
+    const int32_t e = ids[v];
+    order[offset[e] + atomicAdd(&count[e], 1)] = int32_t(v);
+  }
+}
+
+}  // namespace
+
+int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert) {
+  // Each expert with c slots makes ceil(c / 8) <= c / 8 + 1 tiles, and at most min(n_expert, n_slots) experts
+  // have slots.
+  return n_slots / kTileSlots + std::min<int64_t>(n_expert, n_slots);
+}
+
+void moe_plan(const MoePlanArgs& a) {
+  DF_CHECK(a.ids != nullptr && a.order != nullptr && a.tiles != nullptr);
+  DF_CHECK(a.n_slots > 0 && a.n_slots <= 0x7fffffff && a.n_expert > 0 && a.n_expert <= kMaxExperts);
+  moe_plan_kernel<<<1, kThreads, 0, a.stream>>>(a.ids, a.n_slots, a.n_expert, a.order, a.tiles,
+                                                moe_max_tiles(a.n_slots, a.n_expert));
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace df::cuda
