@@ -1,6 +1,7 @@
 #include "diskformer/store/ingest.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -191,6 +192,16 @@ Status run_once(const IngestOptions& o, RunState& rs) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Error{o.dir + ": cannot create the store directory: " + ec.message()};
+  // One writer per directory; the kernel drops the lock with the process, however it ends.
+  const std::string lock_path = (dir / kLockFile).string();
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) return Error{lock_path + ": cannot create: " + detail::errno_text(errno)};
+  struct LockGuard {
+    int fd;
+    ~LockGuard() { ::close(fd); }
+  } lock_guard{lock_fd};
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return Error{o.dir + ": another ingest is writing this store (" + lock_path + " is locked)"};
 
   // What is there already decides between nothing to do, resuming, and starting over.
   bool fresh = true;

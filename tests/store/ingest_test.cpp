@@ -157,6 +157,21 @@ TEST(Ingest, SourceChangedBetweenRunsStartsOver) {
   EXPECT_TRUE(Store::open(dir.string(), {.source = m.string()}).ok());
 }
 
+TEST(Ingest, OneWriterPerStore) {
+  DF_REQUIRE_SHARED(model, "models/qwen3-q4_0.gguf");
+  fs::path tmp = test::temp_dir("lock");
+  fs::path dir = tmp / "store";
+  pid_t pid = test::spawn_cli({"ingest", "-m", model.string(), "--store", dir.string(), "--limit-rate", "3M"},
+                              (tmp / "a.out").string(), (tmp / "a.err").string());
+  for (int i = 0; i < 500 && !fs::exists(dir / kProgressFile); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto second = run_cli({"ingest", "-m", model.string(), "--store", dir.string()}, tmp);
+  EXPECT_EQ(second.code, 1);
+  EXPECT_NE(second.err.find("another ingest is writing"), std::string::npos) << second.err;
+  EXPECT_EQ(test::wait_child(pid), 0) << test::slurp(tmp / "a.err");
+  EXPECT_TRUE(Store::open(dir.string(), {.source = model.string()}).ok());
+}
+
 TEST(Ingest, DamagedCheckpointStartsOver) {
   DF_REQUIRE_SHARED(model, "models/qwen3-q4_0.gguf");
   fs::path tmp = test::temp_dir("damaged");

@@ -7,6 +7,7 @@
 //   header.gguf           the source's GGUF header, bytes [0, header_bytes): metadata and tensor index
 //   data.bin              the records (RecordMap::repacked's layout for that layout_version)
 //   ingest.progress.json  only while an ingest is unfinished: its checkpoint
+//   ingest.lock           flock'd by the ingest writing the directory (one writer at a time)
 //
 // A store is used only when its layout version is this build's, its record table is the one its header gives, and
 // (where a source is named) the source still has the fingerprint it was made from; otherwise open() refuses with
@@ -33,6 +34,7 @@ constexpr const char* kManifestFile = "manifest.json";
 constexpr const char* kHeaderFile = "header.gguf";
 constexpr const char* kDataFile = "data.bin";
 constexpr const char* kProgressFile = "ingest.progress.json";
+constexpr const char* kLockFile = "ingest.lock";
 
 struct StoreOptions {
   // A path or URL to check the store against (size, mtime or ETag, header hash); empty: trust the manifest.
