@@ -3,6 +3,7 @@
 // public entry points (template.cpp) turn it into a df::Error; nothing throws across the public API.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -16,5 +17,23 @@ struct TemplateError : std::runtime_error {
 };
 
 [[noreturn]] inline void fail(const std::string& message) { throw TemplateError(message); }
+
+// Python's ints are unbounded; these are 64-bit, and overflow is an error rather than a wrong number.
+[[noreturn]] inline void integer_overflow() { fail("integer overflow (integers are limited to 64 bits here)"); }
+inline int64_t add_i64(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) integer_overflow();
+  return r;
+}
+inline int64_t sub_i64(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) integer_overflow();
+  return r;
+}
+inline int64_t mul_i64(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) integer_overflow();
+  return r;
+}
 
 }  // namespace df::chat

@@ -178,6 +178,7 @@ Value min_max(Interp& in, const Value& input, CallArgs& a, bool want_max) {
 }
 
 std::string indent(const std::string& s0, const Value* width, bool first, bool blank) {
+  if (width && width->is_integral() && width->as_int() > 4096) fail("indent width too large");
   std::string ind = width && width->is_string() ? width->s : std::string(width ? static_cast<size_t>(std::max<int64_t>(0, width->as_int())) : 4, ' ');
   std::string s = s0 + "\n";
   std::vector<std::string> lines;
@@ -267,6 +268,7 @@ Value call_filter(Interp& in, const std::string& name, const Value& v, CallArgs&
     const Value* w = opt(a, 0, "width");
     std::string s = str_in();
     long width = w ? static_cast<long>(w->as_int()) : 80;
+    if (width > (1 << 24)) fail("center width too large");
     long n = static_cast<long>(text::length(s));
     if (n >= width) return Value::string(s);
     long left = (width - n) / 2 + ((width - n) & width & 1);  // CPython's centering rule
@@ -438,7 +440,7 @@ Value call_filter(Interp& in, const std::string& name, const Value& v, CallArgs&
       Value item = attribute ? attr_path(in, x, to_str(*attribute)) : x;
       if (!item.is_number() || !total.is_number())
         fail("unsupported operand type(s) for +: '" + total.type_name() + "' and '" + item.type_name() + "'");
-      total = total.is_integral() && item.is_integral() ? Value::integer(total.as_int() + item.as_int())
+      total = total.is_integral() && item.is_integral() ? Value::integer(add_i64(total.as_int(), item.as_int()))
                                                         : Value::number(total.as_double() + item.as_double());
     }
     return total;
@@ -456,7 +458,7 @@ Value call_filter(Interp& in, const std::string& name, const Value& v, CallArgs&
   }
   if (name == "abs") {
     if (v.kind == K::Float) return Value::number(std::fabs(v.f));
-    if (v.is_integral()) return Value::integer(std::llabs(v.as_int()));
+    if (v.is_integral()) return Value::integer(v.as_int() < 0 ? sub_i64(0, v.as_int()) : v.as_int());
     if (v.is_undefined()) undefined_error(v);
     fail("bad operand type for abs(): '" + v.type_name() + "'");
   }
@@ -465,10 +467,15 @@ Value call_filter(Interp& in, const std::string& name, const Value& v, CallArgs&
     const Value* base = opt(a, 1, "base");
     Value fallback = dflt ? *dflt : Value::integer(0);
     if (v.is_integral()) return Value::integer(v.as_int());
-    if (v.kind == K::Float) return std::isfinite(v.f) ? Value::integer(static_cast<int64_t>(v.f)) : fallback;
+    if (v.kind == K::Float) {
+      if (!std::isfinite(v.f)) return fallback;
+      if (std::fabs(v.f) >= 9.2e18) fail("integer overflow (integers are limited to 64 bits here)");
+      return Value::integer(static_cast<int64_t>(v.f));
+    }
     if (v.is_string()) {
       if (auto i = parse_int(v.s, base ? static_cast<int>(base->as_int()) : 10)) return Value::integer(*i);
-      if (auto d = parse_float(v.s); d && std::isfinite(*d)) return Value::integer(static_cast<int64_t>(*d));
+      if (auto d = parse_float(v.s); d && std::isfinite(*d) && std::fabs(*d) < 9.2e18)
+        return Value::integer(static_cast<int64_t>(*d));
     }
     return fallback;
   }

@@ -366,7 +366,7 @@ Value Interp::eval(const Expr& e) {
       if (v.is_undefined()) undefined_error(v);
       if (!v.is_number()) fail("bad operand type for unary " + e.op + ": '" + v.type_name() + "'");
       if (e.op == "+") return v.kind == Value::Kind::Bool ? Value::integer(v.as_int()) : v;
-      return v.kind == Value::Kind::Float ? Value::number(-v.f) : Value::integer(-v.as_int());
+      return v.kind == Value::Kind::Float ? Value::number(-v.f) : Value::integer(sub_i64(0, v.as_int()));
     }
     case K::Binary: {
       if (e.op == "and") {
@@ -475,14 +475,20 @@ Value Interp::slice(const Value& obj, const Expr& e) {
     const auto& items = obj.list->items;
     slice_indices(static_cast<int64_t>(items.size()), parts[0], parts[1], parts[2], a, b, step);
     std::vector<Value> out;
-    for (int64_t k = a; step > 0 ? k < b : k > b; k += step) out.push_back(items[static_cast<size_t>(k)]);
+    for (int64_t k = a; step > 0 ? k < b : k > b;) {
+      out.push_back(items[static_cast<size_t>(k)]);
+      if (__builtin_add_overflow(k, step, &k)) break;
+    }
     return Value::new_list(std::move(out), obj.list->tuple);
   }
   if (obj.is_string()) {
     std::u32string u = text::decode(obj.s);
     slice_indices(static_cast<int64_t>(u.size()), parts[0], parts[1], parts[2], a, b, step);
     std::u32string out;
-    for (int64_t k = a; step > 0 ? k < b : k > b; k += step) out.push_back(u[static_cast<size_t>(k)]);
+    for (int64_t k = a; step > 0 ? k < b : k > b;) {
+      out.push_back(u[static_cast<size_t>(k)]);
+      if (__builtin_add_overflow(k, step, &k)) break;
+    }
     return Value::string(text::encode(out));
   }
   fail("'" + obj.type_name() + "' object is not subscriptable");
@@ -580,7 +586,7 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
   const bool nums = a.is_number() && b.is_number();
   const bool ints = a.is_integral() && b.is_integral();
   if (op == "+") {
-    if (ints) return Value::integer(a.as_int() + b.as_int());
+    if (ints) return Value::integer(add_i64(a.as_int(), b.as_int()));
     if (nums) return Value::number(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) return Value::string(a.s + b.s);
     if (a.is_list() && b.is_list() && a.list->tuple == b.list->tuple) {
@@ -592,12 +598,12 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
     return type_error();
   }
   if (op == "-") {
-    if (ints) return Value::integer(a.as_int() - b.as_int());
+    if (ints) return Value::integer(sub_i64(a.as_int(), b.as_int()));
     if (nums) return Value::number(a.as_double() - b.as_double());
     return type_error();
   }
   if (op == "*") {
-    if (ints) return Value::integer(a.as_int() * b.as_int());
+    if (ints) return Value::integer(mul_i64(a.as_int(), b.as_int()));
     if (nums) return Value::number(a.as_double() * b.as_double());
     const Value* seq = a.is_string() || a.is_list() ? &a : &b;
     const Value* cnt = seq == &a ? &b : &a;
@@ -627,6 +633,7 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
     if (ints) {
       int64_t x = a.as_int(), y = b.as_int();
       if (y == 0) fail(op == "//" ? "integer division or modulo by zero" : "integer modulo by zero");
+      if (y == -1) return Value::integer(op == "//" ? sub_i64(0, x) : 0);  // INT64_MIN / -1 overflows in C++
       int64_t q = x / y, r = x % y;
       if (r != 0 && ((r < 0) != (y < 0))) {  // Python floors toward negative infinity
         --q;
@@ -645,7 +652,14 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
     if (!nums) return type_error();
     if (ints && b.as_int() >= 0) {
       int64_t r = 1, base = a.as_int();
-      for (int64_t k = 0; k < b.as_int() && k < 64; ++k) r *= base;
+      for (int64_t k = 0; k < b.as_int(); ++k) {
+        r = mul_i64(r, base);
+        if (r == 0 || r == 1) break;
+        if (r == -1) {
+          r = (b.as_int() - k - 1) % 2 ? 1 : -1;
+          break;
+        }
+      }
       return Value::integer(r);
     }
     return Value::number(std::pow(a.as_double(), b.as_double()));

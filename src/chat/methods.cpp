@@ -60,6 +60,7 @@ bool affix_match(const std::string& s, const Value& affix, bool prefix) {
 }
 
 std::string pad(const std::string& s, long width, char align, const std::string& fill = " ") {
+  if (width > (1 << 24)) fail("padding width too large");
   long n = static_cast<long>(text::length(s));
   if (n >= width) return s;
   long total = width - n;
@@ -93,12 +94,14 @@ std::string format_spec(const Value& v, const std::string& spec) {
     ++k;
   }
   long width = 0;
-  while (k < spec.size() && std::isdigit(static_cast<unsigned char>(spec[k]))) width = width * 10 + (spec[k++] - '0');
+  while (k < spec.size() && std::isdigit(static_cast<unsigned char>(spec[k])))
+    if ((width = width * 10 + (spec[k++] - '0')) > (1 << 24)) fail("format width too large");
   int precision = -1;
   if (k < spec.size() && spec[k] == '.') {
     precision = 0;
     ++k;
-    while (k < spec.size() && std::isdigit(static_cast<unsigned char>(spec[k]))) precision = precision * 10 + (spec[k++] - '0');
+    while (k < spec.size() && std::isdigit(static_cast<unsigned char>(spec[k])))
+      if ((precision = precision * 10 + (spec[k++] - '0')) > 400) fail("format precision too large");
   }
   char type = k < spec.size() ? spec[k] : 0;
   std::string body;
@@ -547,6 +550,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       out += s.size() < 400 ? std::string(buf) : s;
     } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
       if (!v.is_number()) fail("%" + std::string(1, conv) + " format: a real number is required, not " + v.type_name());
+      if (v.kind == Value::Kind::Float && !(std::fabs(v.f) < 9.2e18)) fail("cannot convert float to integer");
       auto x = static_cast<long long>(v.kind == Value::Kind::Float ? std::trunc(v.f) : v.as_int());
       std::snprintf(buf, sizeof buf, (f + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), x);
       out += buf;
@@ -581,10 +585,11 @@ void add_globals(Scope& g, const RenderOptions& options) {
     }
     if (step == 0) fail("range() arg 3 must not be zero");
     std::vector<Value> out;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+    for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
       if (out.size() >= 100'000)  // as Jinja's sandbox (MAX_RANGE)
         fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       out.push_back(Value::integer(k));
+      if (__builtin_add_overflow(k, step, &k)) break;
     }
     return Value::new_list(std::move(out));
   }));

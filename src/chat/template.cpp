@@ -14,6 +14,8 @@ Result<Template> Template::parse(std::string_view source, std::string name) {
   } catch (const TemplateError& e) {
     return Error{program->name + ":" + std::to_string(e.line) + ":" + std::to_string(e.col) +
                  ": template syntax error: " + e.what()};
+  } catch (const std::exception& e) {  // out of memory and the like
+    return Error{program->name + ": cannot parse template: " + e.what()};
   }
   Template t;
   t.program_ = std::move(program);
@@ -34,6 +36,8 @@ Result<std::string> Template::render(const Value& vars, const RenderOptions& opt
     return in.run(program_->body);
   } catch (const TemplateError& e) {
     return Error{program_->name + ":" + std::to_string(in.line()) + ": " + e.what()};
+  } catch (const std::exception& e) {
+    return Error{program_->name + ":" + std::to_string(in.line()) + ": rendering failed: " + e.what()};
   }
 }
 

@@ -63,6 +63,12 @@ TEST(ChatErrors, HostileNestingIsRefusedNotACrash) {
   // Realistic depth still works.
   EXPECT_EQ(render_ok("{{ " + repeat("(", 60) + "1" + repeat(")", 60) + " }}|{{ 1" + repeat(" + 1", 999) + " }}"),
             "1|1000");
+  EXPECT_EQ(render_error("{{ 2 ** 63 }}"), "t.jinja:1: integer overflow (integers are limited to 64 bits here)");
+  EXPECT_EQ(render_error("{{ 9223372036854775807 + 1 }}"),
+            "t.jinja:1: integer overflow (integers are limited to 64 bits here)");
+  EXPECT_EQ(render_ok("{{ 2 ** 62 }} {{ (-1) ** 5 }} {{ [1, 2, 3][1::9223372036854775807] }}"),
+            "4611686018427387904 -1 [2]");
+  EXPECT_NE(render_error("{{ 'x'|center(1000000000) }}").find("too large"), std::string::npos);
   EXPECT_EQ(render_error("{{ range(100001)|length }}"),
             "t.jinja:1: Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
 }
