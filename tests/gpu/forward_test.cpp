@@ -188,6 +188,39 @@ TEST(GpuForwardSession, GroupedExpertsGiveTheSameLogits) {
   }
 }
 
+// Uploading from a host model that streams its experts or layers through a small RAM pool (experts handed out a
+// few at a time) gives the same GPU weights, so the same logits, as uploading from a fully resident one.
+TEST(GpuForwardSession, UploadFromAStreamingHostModelGivesTheSameLogits) {
+  DF_REQUIRE_GPU();
+  for (const char* name : {"qwen3moe-q4_0", "mixtral-q4_0", "llama-f16"}) {
+    DF_REQUIRE_SHARED(path, std::string("models/") + name + ".gguf");
+    Loaded full = load(path, 128);
+    ASSERT_TRUE(full.gpu);
+    const uint64_t model_bytes = full.host->weights().plan().model_bytes;
+    std::unique_ptr<engine::Model> small;
+    for (uint64_t budget : {model_bytes / 4, model_bytes / 2, model_bytes * 3 / 4}) {
+      auto m = engine::Model::open(path.string(), {.n_ctx = 128, .ram_budget = budget});
+      if (m.ok() && (*m)->weights().plan().slots > 0) {
+        small = std::move(*m);
+        break;
+      }
+    }
+    ASSERT_TRUE(small) << name << ": no budget below the model size gave a streaming plan";
+    auto gpu_small = cuda::GpuModel::upload(small->spec(), small->weights());
+    ASSERT_TRUE(gpu_small.ok()) << gpu_small.error().message;
+    EXPECT_EQ((*gpu_small)->device_bytes(), full.gpu->device_bytes());
+    const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 8, 9, 10, 11};
+    auto a = cuda::GpuSession::create(*full.gpu, {.n_ctx = 128});
+    auto b = cuda::GpuSession::create(**gpu_small, {.n_ctx = 128});
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_TRUE((*a)->eval(prompt, true).ok());
+    ASSERT_TRUE((*b)->eval(prompt, true).ok());
+    auto la = (*a)->logits();
+    auto lb = (*b)->logits();
+    EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin(), lb.end())) << name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(kModels), param_name);
 INSTANTIATE_TEST_SUITE_P(Models, GpuGold, ::testing::Combine(::testing::ValuesIn(kModels), ::testing::Bool()),
                          [](const auto& info) {
