@@ -109,7 +109,9 @@ Status DiskWeights::create_pool() {
   o.slot_bytes = plan_.record_bytes;
   // Layers: the next one. Experts: the next layer's guessed top-k for a token or two (the browser original's
   // lookahead of one layer).
-  o.max_prefetch = plan_.mode == Residency::kStreamLayers ? 2 : std::max<uint32_t>(8, 2 * spec_.n_expert_used);
+  // A quarter of the pool at most, so that reads ahead never hold the slots a layer's own experts need.
+  o.max_prefetch = plan_.mode == Residency::kStreamLayers ? 1 : std::max<uint32_t>(1, std::min(2 * spec_.n_expert_used, plan_.slots / 4));
+  max_prefetch_ = o.max_prefetch;
   DF_ASSIGN(pool_, cache::HostSlotPool::create(
                        std::move(reader), [this](cache::Key k, std::vector<cache::Extent>& out) { return locate(k, out); },
                        o));
@@ -187,7 +189,8 @@ void DiskWeights::prefetch_experts(uint32_t il, std::span<const int32_t> ids) {
 }
 
 uint32_t DiskWeights::max_experts_per_call() const {
-  return plan_.mode == Residency::kStreamExperts ? plan_.slots : 0;
+  // The slots that reads ahead may be filling are not available to a call.
+  return plan_.mode == Residency::kStreamExperts ? plan_.slots - max_prefetch_ : 0;
 }
 
 DiskStats DiskWeights::stats() const {

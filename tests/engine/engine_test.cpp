@@ -102,6 +102,15 @@ TEST_P(Budget, QuarterOfTheModelGivesIdenticalOutput) {
   EXPECT_GT(st.streamed_bytes_read, 0u);
   // Streaming re-reads what does not fit: more bytes come from disk than the resident part alone.
   EXPECT_GT(st.bytes_from_disk(), plan.resident_bytes);
+
+  // The smallest budget the plan accepts runs too, with the same output.
+  const uint64_t least = plan.resident_bytes + uint64_t(plan.min_slots) * plan.record_bytes;
+  auto tight = Model::open(path, {.n_ctx = 128, .threads = 2, .ram_budget = least});
+  ASSERT_TRUE(tight.ok()) << tight.error().message;
+  EXPECT_EQ((*tight)->weights().plan().slots, plan.min_slots);
+  Session c(**tight);
+  EXPECT_EQ(greedy_ids(c, prompt, 24), ids_full);
+  EXPECT_FALSE(Model::open(path, {.n_ctx = 128, .threads = 2, .ram_budget = least - 1}).ok());
 }
 
 TinyModel moe_model() {

@@ -71,6 +71,7 @@ class DiskWeights final : public model::WeightSource {
 
   std::unique_ptr<cache::HostSlotPool> pool_;
   io::FileId pool_file_ = 0;
+  uint32_t max_prefetch_ = 0;  // reads ahead in flight at most
   model::LayerWeights streamed_layer_;
   cache::SlotHandle layer_handle_;
   std::vector<cache::SlotHandle> expert_handles_;
