@@ -2,6 +2,7 @@
 // with and without a RAM budget; failures exit 1 with one line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <string>
@@ -17,8 +18,9 @@ struct Ran {
   std::string out;
 };
 
-Ran run_cli(const std::string& args) {
-  const std::string cmd = cli_path().string() + " " + args + " 2>/dev/null";
+Ran run_cli(const std::string& args, const std::string& stdin_text = "") {
+  std::string cmd = cli_path().string() + " " + args + " 2>/dev/null";
+  if (!stdin_text.empty()) cmd = "printf '" + stdin_text + "' | " + cmd;
   Ran r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -54,6 +56,22 @@ TEST(RunCommand, FailuresExitWithStatus) {
   const Ran overflow = run_cli("run -m " + model.string() + " -p 'a b c d e f g h' -c 4 -n 2");
   EXPECT_EQ(overflow.status, 1);
   EXPECT_EQ(overflow.out, "");
+}
+
+TEST(ChatCommand, RepliesToEachLineDeterministically) {
+  DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
+  const std::string args = "chat -m " + model.string() + " -n 6 --temp 0 --ignore-eos -t 2 --system 'Be brief.'";
+  const Ran a = run_cli(args, "Hello\\nAnd then?\\n");
+  EXPECT_EQ(a.status, 0);
+  ASSERT_FALSE(a.out.empty());
+  EXPECT_EQ(a.out.back(), '\n');
+  const Ran b = run_cli(args, "Hello\\nAnd then?\\n");
+  // The first reply does not depend on what comes later; the second one follows it.
+  const Ran first = run_cli(args, "Hello\\n");
+  EXPECT_EQ(first.status, 0);
+  EXPECT_EQ(a.out.compare(0, first.out.size(), first.out), 0) << a.out << " | " << first.out;
+  EXPECT_GT(a.out.size(), first.out.size());
+  EXPECT_EQ(a.out, b.out);
 }
 
 }  // namespace
