@@ -157,6 +157,9 @@ TEST(GpuForwardSession, TruncateAndGraphReplayAgreeWithAFreshSession) {
   auto lb = (*b)->logits();
   EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin(), lb.end()));
   EXPECT_EQ((*a)->n_past(), 10u);
+  // At least the KV cache: n_layer * n_ctx * (kv_dim_k + kv_dim_v) f16 values.
+  const auto& sp = m.host->spec();
+  EXPECT_GE((*a)->device_bytes(), uint64_t(sp.n_layer) * 256 * (sp.kv_dim_k() + sp.kv_dim_v()) * 2);
   (*a)->truncate(4);
   ASSERT_TRUE((*a)->eval(std::span(prompt).subspan(4)).ok());
   auto lc = (*a)->logits();

@@ -142,6 +142,15 @@ int32_t GpuSession::argmax() {
   return id;
 }
 
+uint64_t GpuSession::device_bytes() const {
+  uint64_t total = 0;
+  for (const DeviceBuffer* b : {&k_cache_, &v_cache_, &rope_table_, &tok_, &pos_, &x_, &xn_, &q_, &k_, &v_, &attn_,
+                                &proj_, &gate_, &up_, &router_, &ids_, &wts_, &expert_out_, &order_, &tiles_,
+                                &gathered_, &scratch_, &logits_dev_, &next_})
+    total += b->size();
+  return total;
+}
+
 void GpuSession::truncate(uint32_t n_keep) { n_past_ = std::min(n_past_, n_keep); }
 
 void GpuSession::decode_step_graph() {

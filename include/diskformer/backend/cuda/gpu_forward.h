@@ -97,6 +97,8 @@ class GpuSession {
 
   uint32_t n_past() const { return n_past_; }
   uint32_t n_ctx() const { return opt_.n_ctx; }
+  // GPU memory this session holds: KV cache, RoPE table and work buffers (the weights are the model's).
+  uint64_t device_bytes() const;
   // Forgets positions from n_keep on (their cache entries are overwritten by the next eval).
   void truncate(uint32_t n_keep);
 
