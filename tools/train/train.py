@@ -201,7 +201,7 @@ def main():
         opt.step()
         step += 1
         last = total_steps is not None and step >= total_steps
-        if step % 10 == 0 or last:
+        if step % max(10, (total_steps or 0) // 100 // 10 * 10) == 0 or last:
             el = time.time() - t_train
             log(f"step {step}/{total_steps or '?'} loss {ce.item():.4f} balance {aux.item() / cfg.n_layer:.3f} "
                 f"lr {lr:.2e} {el:.0f}s {step * args.batch * args.seq / max(el, 1e-9):,.0f} tok/s")
