@@ -14,11 +14,22 @@ TEST_P(Gold, GreedyMatchesLlamaCpp) {
   const std::string name = GetParam();
   DF_REQUIRE_SHARED(model_path, "models/" + name + ".gguf");
   const auto cases = read_gold((shared_dir() / "models" / (name + ".gold.json")).string());
-  auto model = engine::Model::open(model_path.string(), {.threads = 2});
+  auto model = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2});
   ASSERT_TRUE(model.ok()) << model.error().message;
+  // The same model streaming from disk under the smallest RAM budget its plan accepts: experts through a pool
+  // of 2 x top-k slots, or layers through 2 slots.
+  const auto& full_plan = (*model)->weights().plan();
+  auto probe = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = full_plan.model_bytes});
+  ASSERT_TRUE(probe.ok()) << probe.error().message;
+  const auto& p = (*probe)->weights().plan();
+  const uint64_t least = p.resident_bytes + uint64_t(p.min_slots) * p.record_bytes;
+  auto streamed = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2, .ram_budget = least});
+  ASSERT_TRUE(streamed.ok()) << streamed.error().message;
+  ASSERT_NE((*streamed)->weights().plan().mode, engine::Residency::kAllResident);
+
   PieceDecoder pieces((*model)->file());
   for (const auto& c : cases) {
-    engine::Session s(**model);
+    engine::Session s(**model), t(**streamed);
     const auto ids = greedy(s, c.prompt_ids, c.n_predict);
     std::string text;
     for (int32_t id : ids) text += pieces.piece(id);
@@ -26,7 +37,9 @@ TEST_P(Gold, GreedyMatchesLlamaCpp) {
     std::printf("[gold] %-16s robust=%d common prefix %zu/%zu bytes  prompt \"%s\"\n", name.c_str(), c.robust,
                 common, c.completion.size(), c.prompt.substr(0, 40).c_str());
     if (c.robust) EXPECT_EQ(text, c.completion) << name << " prompt: " << c.prompt;
+    EXPECT_EQ(greedy(t, c.prompt_ids, c.n_predict), ids) << name << " under a " << least << "-byte budget";
   }
+  EXPECT_GT((*streamed)->weights().stats().cache.misses, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Gold,
