@@ -3,6 +3,7 @@
 // reported.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -60,6 +61,12 @@ class Http : public ::testing::Test {
     EXPECT_EQ(x["records"], y["records"]);
   }
 
+  // Until an ingest running on another thread has copied something (however slow the machine is today).
+  static void wait_for_progress(const std::atomic<uint64_t>& done) {
+    for (int i = 0; i < 1000 && done == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_GT(done, 0u) << "the ingest made no progress in 10 s";
+  }
+
   fs::path tmp_;
   std::unique_ptr<test::Nginx> nginx_;
 };
@@ -102,12 +109,13 @@ TEST_F(Http, ServerKilledAndRestartedMidTransfer) {
   IngestOptions o;
   o.source = nginx_->url("slow/m.gguf");
   o.dir = (tmp_ / "restart").string();
+  o.checkpoint_every = 256 << 10;  // windows of 256 KiB: progress shows before the transfer ends
   o.http.retry_delay_ms = 50;
   Result<IngestResult> r = Error{"not run"};
-  uint64_t max_done = 0;
-  o.on_progress = [&](const IngestProgress& p) { max_done = std::max(max_done, p.done); };
+  std::atomic<uint64_t> max_done{0};
+  o.on_progress = [&](const IngestProgress& p) { max_done = std::max<uint64_t>(max_done, p.done); };
   std::thread t([&] { r = ingest(o); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  wait_for_progress(max_done);
   nginx_->stop(SIGKILL);
   uint64_t done_at_kill = max_done;
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -155,8 +163,10 @@ TEST_F(Http, FileChangedDuringAnIngestStartsOverInTheSameRun) {
   std::vector<std::string> notes;
   o.on_note = [&](const std::string& s) { notes.push_back(s); };
   Result<IngestResult> r = Error{"not run"};
+  std::atomic<uint64_t> done{0};
+  o.on_progress = [&](const IngestProgress& p) { done = p.done; };
   std::thread t([&] { r = ingest(o); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  wait_for_progress(done);
   serve("qwen3-q4_0.gguf", "slow/m.gguf", 10);
   t.join();
   ASSERT_TRUE(r.ok()) << r.error().message;
