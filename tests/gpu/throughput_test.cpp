@@ -146,7 +146,9 @@ TEST(CudaThroughput, ExpertGateQ4_0) {
       std::vector<float> grouped(n_slots * F);
       DF_CUDA_CHECK(cudaDeviceSynchronize());
       dg.download(grouped.data(), grouped.size() * 4);
-      EXPECT_EQ(grouped, got);
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += grouped[i] != got[i];
+      EXPECT_EQ(differ, 0u) << "outputs of the grouped product that differ from the per-slot product";
       std::printf("[throughput] moe_matmul_grouped (plan + gather + product) n_tok %lld: %.3f ms (per slot %.3f ms)\n",
                   (long long)n_tok, gms, ms);
     }
