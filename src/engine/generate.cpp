@@ -43,6 +43,7 @@ Result<GenerateStats> generate(Session& session, std::span<const int32_t> prompt
       break;
     }
     DF_TRY(session.eval(std::span<const int32_t>(&id, 1)));
+    ++st.decode_evals;
   }
   st.gen_seconds = seconds_since(t0);
   return st;

@@ -22,11 +22,13 @@ struct GenerateStats {
   int64_t prompt_tokens = 0;
   double prompt_seconds = 0;
   int64_t gen_tokens = 0;       // tokens sampled (an end-of-generation token that stopped the loop included)
-  double gen_seconds = 0;       // time of the forward passes after the prompt
+  int64_t decode_evals = 0;     // one-token forward passes after the prompt
+  double gen_seconds = 0;       // time of sampling and those forward passes
   bool context_full = false;    // stopped because the context had no room left
   bool stopped_at_eog = false;
   double prompt_tok_s() const { return prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0; }
-  double gen_tok_s() const { return gen_seconds > 0 ? double(gen_tokens) / gen_seconds : 0; }
+  // Forward passes per second (the first token comes from the prompt's logits, so it is not counted).
+  double gen_tok_s() const { return gen_seconds > 0 ? double(decode_evals) / gen_seconds : 0; }
 };
 
 struct GenerateHooks {
