@@ -1,8 +1,9 @@
 // Causal attention over an f16 KV cache with GQA, following cpu::attention (ggml's CPU flash attention): q rounded
 // to f16, f32 scores, an online softmax whose value accumulator is rounded to f16 after every update.
-// A block per (token, head). The keys go in chunks: the block's warps score a chunk in parallel into shared memory,
-// then each thread walks the chunk in position order for its value dimensions, so the f16 accumulator sees the same
-// sequence of updates as on the CPU; only the score's dot product sums in a different order.
+// A block per (token, head). The keys go in chunks: the block's warps score a chunk in parallel into shared memory
+// and stage its value rows there, then each thread walks the chunk in position order for its value dimensions, so
+// the f16 accumulator sees the same sequence of updates as on the CPU; only the score's dot product sums in a
+// different order.
 #include "backend/cuda/common.cuh"
 #include "diskformer/backend/cuda/check.h"
 #include "diskformer/backend/cuda/kernels.h"
@@ -14,7 +15,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kMaxHead = 256;
-constexpr int kChunk = 256;  // positions scored per round
+constexpr int kChunk = 64;  // positions scored (and their values staged in shared memory) per round
 constexpr int kDimsPerThread = kMaxHead / kThreads;
 
 __global__ void __launch_bounds__(kThreads)
@@ -27,6 +28,8 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __shared__ float q16[kMaxHead];
   __shared__ float scores[kChunk];
+  // The chunk's value rows of this KV head, so the position-ordered walk reads shared memory, not global.
+  __shared__ uint16_t v_sh[kChunk * kMaxHead];
   const float* qh = q + (int64_t(t) * n_head + h) * hk;
   for (int i = threadIdx.x; i < hk; i += kThreads) q16[i] = dev::round_f16(qh[i]);
   const int64_t last = pos[t];  // causal: keys 0 .. last
@@ -46,6 +49,10 @@ __global__ void __launch_bounds__(kThreads)
       s = dev::warp_sum(s);
       if (lane == 0) scores[j] = __fmul_rn(s, scale);
     }
+    for (int idx = threadIdx.x; idx < n_c * hv; idx += kThreads) {
+      const int j = idx / hv, i = idx % hv;
+      v_sh[j * hv + i] = vc[(c0 + j) * kv_v + int64_t(g) * hv + i];
+    }
     __syncthreads();
     for (int j = 0; j < n_c; ++j) {
       const float s = scores[j];
@@ -59,7 +66,7 @@ __global__ void __launch_bounds__(kThreads)
       } else {
         vs = expf(s - m);
       }
-      const uint16_t* vr = vc + (c0 + j) * kv_v + int64_t(g) * hv;
+      const uint16_t* vr = v_sh + j * hv;
 #pragma unroll
       for (int d = 0; d < kDimsPerThread; ++d) {
         const int i = threadIdx.x + d * kThreads;
