@@ -175,6 +175,8 @@ int cmd_bench(int argc, char** argv) {
                 {"bytes_from_disk", disk_bytes},
                 {"h2d_GBps", nullptr},
                 {"disk_GBps", streams ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
+                {"prefetch_issued", streams ? json(st.cache.prefetch_issued) : json(nullptr)},
+                {"prefetch_used", streams ? json(st.cache.prefetch_used) : json(nullptr)},
                 {"residency", engine::residency_name(model->weights().plan().mode)},
                 {"kernels", model->context().kernels->name}};
       rows.push_back({j, sp, sd, sw, streams, disk_bytes, timed_s, st.cache.hit_rate()});
