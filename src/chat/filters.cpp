@@ -194,7 +194,10 @@ std::string indent(const std::string& s0, const Value* width, bool first, bool b
     for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + ind : "") + lines[k];
   } else {
     rv = lines.empty() ? "" : lines[0];
-    for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (lines[k].empty() ? "" : ind + lines[k]);
+    for (size_t k = 1; k < lines.size(); ++k) {
+      rv += '\n';
+      if (!lines[k].empty()) rv += ind + lines[k];
+    }
   }
   return first ? ind + rv : rv;
 }

@@ -12,7 +12,10 @@ constexpr int kMaxMacroDepth = 200;
 
 std::string jinja_type(const Value& v) {  // how Jinja names an object in "has no attribute" messages
   if (v.is_none()) return "None";
-  return "'" + v.type_name() + " object'";
+  std::string out(1, '\'');
+  out += v.type_name();
+  out += " object'";
+  return out;
 }
 
 // Python's slice.indices(): clamps start/stop for a sequence of length n.
@@ -21,17 +24,16 @@ void slice_indices(int64_t n, const Value& start, const Value& stop, const Value
   auto given = [](const Value& v) { return !v.is_undefined() && !v.is_none(); };
   step = given(step_v) ? step_v.as_int() : 1;
   if (step == 0) fail("slice step cannot be zero");
-  auto clamp = [&](const Value& v, int64_t dflt, bool is_start) {
+  auto clamp = [&](const Value& v, int64_t dflt) {
     if (!given(v)) return dflt;
     if (!v.is_integral()) fail("slice indices must be integers or None");
     int64_t x = v.as_int();
     if (x < 0) x += n;
     if (step > 0) return std::clamp<int64_t>(x, 0, n);
-    (void)is_start;
     return std::clamp<int64_t>(x, -1, n - 1);
   };
-  a = clamp(start, step > 0 ? 0 : n - 1, true);
-  b = clamp(stop, step > 0 ? n : -1, false);
+  a = clamp(start, step > 0 ? 0 : n - 1);
+  b = clamp(stop, step > 0 ? n : -1);
 }
 
 }  // namespace
@@ -102,11 +104,7 @@ Interp::Flow Interp::exec_stmt(const Stmt& s) {
       for (size_t k = 0; k < s.conds.size(); ++k)
         if (eval(*s.conds[k]).truthy()) return exec(s.bodies[k]);
       return exec(s.else_body);
-    case Stmt::Kind::For: {
-      Flow f = Flow::Normal;
-      exec_for(s, f);
-      break;
-    }
+    case Stmt::Kind::For: exec_for(s); break;
     case Stmt::Kind::Set: exec_set(s); break;
     case Stmt::Kind::Macro: define_macro(s); break;
     case Stmt::Kind::CallBlock: {
@@ -140,7 +138,7 @@ Interp::Flow Interp::exec_stmt(const Stmt& s) {
   return Flow::Normal;
 }
 
-void Interp::exec_for(const Stmt& s, Flow&) {
+void Interp::exec_for(const Stmt& s) {
   std::vector<Value> seq = iterate(eval(*s.expr));
   auto bind = [&](Scope& scope, const Value& item) {
     if (s.targets.size() == 1) {
@@ -576,7 +574,6 @@ Value Interp::compare(const Expr& e) {
 }
 
 Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
-  using K = Value::Kind;
   if (op == "~") return Value::string(to_str(a) + to_str(b));
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
@@ -664,7 +661,6 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
     }
     return Value::number(std::pow(a.as_double(), b.as_double()));
   }
-  (void)K::None;
   fail("unknown operator " + op);
 }
 

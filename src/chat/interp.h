@@ -48,7 +48,7 @@ class Interp {
   enum class Flow { Normal, Break, Continue };
   Flow exec(const Body& body);
   Flow exec_stmt(const Stmt& s);
-  void exec_for(const Stmt& s, Flow& flow);
+  void exec_for(const Stmt& s);
   void exec_set(const Stmt& s);
   void define_macro(const Stmt& s);
   Value call_macro(const Stmt& m, const std::shared_ptr<Scope>& closure, CallArgs& args, const Value* caller);

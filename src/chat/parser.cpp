@@ -152,11 +152,10 @@ class Parser {
     fail_at(tag, "encountered unknown tag '" + n + "'");
   }
 
-  void end_tag(const char* name) {
-    // cur() is the end name (subparse stops there)
+  // Consumes `endNAME %}`; subparse stopped on the name.
+  void end_tag() {
     next();
     expect_block_end();
-    (void)name;
   }
 
   std::unique_ptr<Stmt> parse_if(const Token& tag) {
@@ -236,7 +235,7 @@ class Parser {
     if (is_op("|")) s->expr = parse_filter_chain(nullptr);
     expect_block_end();
     s->body = subparse({"endset"}, &tag);
-    end_tag("endset");
+    end_tag();
     return s;
   }
 
@@ -262,7 +261,7 @@ class Parser {
     loop_depth_ = 0;
     s->body = subparse({"endmacro"}, &tag);
     loop_depth_ = saved;
-    end_tag("endmacro");
+    end_tag();
     return s;
   }
 
@@ -273,7 +272,7 @@ class Parser {
     if (s->expr->kind != Expr::Kind::Call) fail_at(tag, "expected a call after 'call'");
     expect_block_end();
     s->body = subparse({"endcall"}, &tag);
-    end_tag("endcall");
+    end_tag();
     return s;
   }
 
@@ -283,7 +282,7 @@ class Parser {
     s->expr = parse_filter_chain(nullptr, true);
     expect_block_end();
     s->body = subparse({"endfilter"}, &tag);
-    end_tag("endfilter");
+    end_tag();
     return s;
   }
 
@@ -297,7 +296,7 @@ class Parser {
     }
     expect_block_end();
     s->body = subparse({"endwith"}, &tag);
-    end_tag("endwith");
+    end_tag();
     return s;
   }
 
@@ -657,7 +656,10 @@ class Parser {
       first = false;
       const Token at = cur();
       std::string name = expect_name();
-      while (skip_op(".")) name += "." + expect_name();
+      while (skip_op(".")) {
+        name += '.';
+        name += expect_name();
+      }
       if (!has_filter(name)) fail_at(at, "no filter named '" + name + "'");
       auto f = make(Expr::Kind::Filter, at);
       f->name = name;
@@ -674,7 +676,10 @@ class Parser {
     bool negated = skip_name("not");
     const Token name_tok = cur();
     std::string name = expect_name();
-    while (skip_op(".")) name += "." + expect_name();
+    while (skip_op(".")) {
+      name += '.';
+      name += expect_name();
+    }
     if (!has_test(name)) fail_at(name_tok, "no test named '" + name + "'");
     auto t = make(Expr::Kind::Test, at);
     t->name = name;
