@@ -3,6 +3,7 @@
 // Prints the prompt a chat template makes of a conversation, byte for byte, and nothing else on stdout.
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 
@@ -20,6 +21,11 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 Result<std::string> read_text(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) return Error{"cannot open " + path};
   std::ostringstream ss;
@@ -68,7 +74,7 @@ int cmd_render_template(int argc, char** argv) {
   args.option("-m,--model", "PATH", "GGUF model whose tokenizer.chat_template to render");
   args.option("--template", "FILE", "a Jinja chat template file instead of a model's");
   args.option("--messages", "FILE.json",
-              "a JSON array of {role, content, ...}, or an object {\"messages\": [...], \"tools\": [...], ...} whose "
+              "('-': stdin) a JSON array of {role, content, ...}, or an object {\"messages\": [...], \"tools\": [...], ...} whose "
               "other keys become template variables");
   args.option("--bos", "S", "text of bos_token (default: the model's, or empty)");
   args.option("--eos", "S", "text of eos_token (default: the model's, or empty)");

@@ -86,6 +86,11 @@ TEST(ChatCli, MessagesObjectCarriesToolsAndVariables) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, R"(<s>user=héllo;f{"name": "f", "z": 1, "a": [true]}|False|False)");
   EXPECT_EQ(r.err, "");
+  // The same messages from stdin.
+  r = run_cli(dir, "--template " + quote((dir / "t.jinja").string()) + " --messages - --bos '<s>' <" +
+                       quote((dir / "m.json").string()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, R"(<s>user=héllo;f{"name": "f", "z": 1, "a": [true]}|False|True)");
 }
 
 TEST(ChatCli, ModelTemplateAndSpecialTokensComeFromTheGguf) {
