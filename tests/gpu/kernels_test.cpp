@@ -84,6 +84,14 @@ TEST_P(CudaMatmul, MatchesCpuMatmul) {
       ASSERT_LE(diff, tol) << "token " << t << " row " << r << " got " << got[t * c.rows + r] << " want "
                            << want[t * c.rows + r];
     }
+  // Pre-quantized activations shared by several products: the same results bit for bit.
+  if (c.type == GgmlType::Q4_0 || c.type == GgmlType::Q8_0) {
+    cuda::DeviceBuffer xq(cuda::q8_scratch_bytes(c.type, c.cols, c.n_tok)), dy2(want.size() * 4);
+    cuda::quantize_q8_0({.x = dx.as<float>(), .y = xq.as<uint8_t>(), .n_rows = c.n_tok, .cols = c.cols});
+    cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = c.n_tok, .y = dy2.as<float>(),
+                  .x_q8 = xq.as<uint8_t>()});
+    EXPECT_EQ(download<float>(dy2, want.size()), got);
+  }
   std::printf("[matmul] type %u %lldx%lld n_tok %lld: worst diff %.3f of tolerance\n", unsigned(c.type),
               (long long)c.rows, (long long)c.cols, (long long)c.n_tok, worst);
 }

@@ -188,6 +188,17 @@ void GpuSession::forward(int64_t n, bool all_logits, float* logits) {
           .stream = stream_});
 }
 
+// Quantizes xn once for several products of it when all their weights are Q4_0/Q8_0 (the activations are the
+// same Q8_0 blocks for both); nullptr otherwise, and each product converts its own input.
+const uint8_t* GpuSession::quantize_shared(int64_t n, std::initializer_list<const DMat*> ws) {
+  for (const DMat* w : ws)
+    if (w->type != gguf::GgmlType::Q4_0 && w->type != gguf::GgmlType::Q8_0) return nullptr;
+  const int64_t E = model_.spec().n_embd;
+  for (const DMat* w : ws) DF_CHECK(w->cols == E);
+  quantize_q8_0({.x = xn_.as<float>(), .y = scratch_.as<uint8_t>(), .n_rows = n, .cols = E, .stream = stream_});
+  return scratch_.as<uint8_t>();
+}
+
 void GpuSession::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
   const model::ModelSpec& s = model_.spec();
   const int hk = int(s.head_dim_k), hv = int(s.head_dim_v);
@@ -195,9 +206,10 @@ void GpuSession::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
   const float* xn = xn_.as<float>();
   uint8_t* scratch = scratch_.as<uint8_t>();
   float *q = q_.as<float>(), *k = k_.as<float>(), *v = v_.as<float>();
-  matmul({.w = l.wq.m, .x = xn, .n_tok = n, .y = q, .scratch = scratch, .stream = stream_});
-  matmul({.w = l.wk.m, .x = xn, .n_tok = n, .y = k, .scratch = scratch, .stream = stream_});
-  matmul({.w = l.wv.m, .x = xn, .n_tok = n, .y = v, .scratch = scratch, .stream = stream_});
+  const uint8_t* xq = quantize_shared(n, {&l.wq.m, &l.wk.m, &l.wv.m});
+  matmul({.w = l.wq.m, .x = xn, .n_tok = n, .y = q, .scratch = scratch, .stream = stream_, .x_q8 = xq});
+  matmul({.w = l.wk.m, .x = xn, .n_tok = n, .y = k, .scratch = scratch, .stream = stream_, .x_q8 = xq});
+  matmul({.w = l.wv.m, .x = xn, .n_tok = n, .y = v, .scratch = scratch, .stream = stream_, .x_q8 = xq});
   if (s.qk_norm) {
     rms_norm({.x = q, .weight = l.q_norm.f32(), .y = q, .n_rows = n * s.n_head, .cols = hk, .eps = s.norm_eps,
               .stream = stream_});
@@ -227,8 +239,9 @@ void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
   uint8_t* scratch = scratch_.as<uint8_t>();
   float *gate = gate_.as<float>(), *up = up_.as<float>();
   if (!s.moe()) {
-    matmul({.w = l.ffn_gate.m, .x = xn, .n_tok = n, .y = gate, .scratch = scratch, .stream = stream_});
-    matmul({.w = l.ffn_up.m, .x = xn, .n_tok = n, .y = up, .scratch = scratch, .stream = stream_});
+    const uint8_t* xq = quantize_shared(n, {&l.ffn_gate.m, &l.ffn_up.m});
+    matmul({.w = l.ffn_gate.m, .x = xn, .n_tok = n, .y = gate, .scratch = scratch, .stream = stream_, .x_q8 = xq});
+    matmul({.w = l.ffn_up.m, .x = xn, .n_tok = n, .y = up, .scratch = scratch, .stream = stream_, .x_q8 = xq});
     swiglu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff), .stream = stream_});
     matmul({.w = l.ffn_down.m, .x = gate, .n_tok = n, .y = proj_.as<float>(), .scratch = scratch, .stream = stream_});
     return;

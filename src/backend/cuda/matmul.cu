@@ -199,7 +199,9 @@ void matmul(const MatmulArgs& a) {
   DF_CHECK(static_cast<const void*>(a.x) != static_cast<const void*>(a.y));
   const int64_t gx = (a.w.rows + kWarps - 1) / kWarps, gy = (a.n_tok + kTile - 1) / kTile;
   DF_CHECK(gx <= 0x7fffffff && gy <= 65535);
-  auto [act, stride] = prepare_act(a.w.type, a.x, a.w.cols, a.n_tok, a.scratch, a.stream);
+  auto [act, stride] = quantized(a.w.type) && a.x_q8 != nullptr
+                           ? std::pair<const uint8_t*, uint64_t>{a.x_q8, uint64_t(a.w.cols / 32) * dev::kQ8Bytes}
+                           : prepare_act(a.w.type, a.x, a.w.cols, a.n_tok, a.scratch, a.stream);
   const dim3 grid{unsigned(gx), unsigned(gy)};
   const int threads = kWarps * 32;
   switch (a.w.type) {

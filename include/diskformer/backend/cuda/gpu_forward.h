@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -111,6 +112,7 @@ class GpuSession {
   void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
   void ffn_block(const GpuLayer& l, int64_t n);
   void moe_ungrouped(const GpuLayer& l, int64_t n);
+  const uint8_t* quantize_shared(int64_t n, std::initializer_list<const DMat*> ws);
   void decode_step_graph();
 
   const GpuModel& model_;

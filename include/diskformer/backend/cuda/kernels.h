@@ -49,6 +49,9 @@ struct MatmulArgs {
   float* y = nullptr;        // [n_tok][w.rows]; must not alias x
   uint8_t* scratch = nullptr;  // >= q8_scratch_bytes(w.type, w.cols, n_tok) bytes (unused for float types)
   cudaStream_t stream = nullptr;
+  // Q4_0/Q8_0 weights: x already quantized by quantize_q8_0 ([n_tok][cols / 32] blocks), shared by several
+  // products of the same input (q, k, v); scratch is then unused. Ignored for float weight types.
+  const uint8_t* x_q8 = nullptr;
 };
 void matmul(const MatmulArgs& a);
 
