@@ -1,6 +1,10 @@
 #include "chat/text.h"
 
 #include <algorithm>
+#include <clocale>
+#include <cwctype>
+#include <locale.h>
+#include <wctype.h>
 
 namespace df::chat::text {
 
@@ -72,14 +76,24 @@ bool is_space(char32_t c) {
          c == 0x205F || c == 0x3000;
 }
 
+namespace {
+// Unicode case mapping comes from the C library's C.UTF-8 tables, independent of the process locale.
+locale_t utf8_ctype() {
+  static const locale_t loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
+  return loc;
+}
+}  // namespace
+
 char32_t to_lower(char32_t c) {
-  if (c >= 'A' && c <= 'Z') return c + 32;
-  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+  if (c < 0x80) return c >= 'A' && c <= 'Z' ? c + 32 : c;
+  if (locale_t loc = utf8_ctype()) return static_cast<char32_t>(towlower_l(static_cast<wint_t>(c), loc));
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;  // Latin-1 where C.UTF-8 is missing
   return c;
 }
 
 char32_t to_upper(char32_t c) {
-  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c >= 'a' && c <= 'z' ? c - 32 : c;
+  if (locale_t loc = utf8_ctype()) return static_cast<char32_t>(towupper_l(static_cast<wint_t>(c), loc));
   if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 32;
   return c;
 }
@@ -93,9 +107,12 @@ std::string lower(std::string_view s) {
 }
 
 std::string upper(std::string_view s) {
-  auto u = decode(s);
-  for (auto& c : u) c = to_upper(c);
-  return encode(u);
+  std::string out;
+  for (char32_t c : decode(s)) {
+    if (c == 0xDF) out += "SS";  // Python's full mapping of ß
+    else append_utf8(out, to_upper(c));
+  }
+  return out;
 }
 
 std::string title(std::string_view s) {

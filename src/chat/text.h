@@ -1,5 +1,6 @@
 // Python's str operations on UTF-8 text. Python indexes strings by code point, so slicing, len() and
-// strip() work on decoded code points here too. Case mapping covers ASCII and Latin-1 only.
+// strip() work on decoded code points here too. Case mapping is the C library's Unicode (C.UTF-8) simple
+// mapping, plus ß -> SS in upper(); other multi-character mappings of Python's are not made.
 #pragma once
 
 #include <optional>
