@@ -9,8 +9,9 @@ Parameter names map one to one onto llama.cpp's tensor names (gguf_names()); wei
 them: a matrix [rows][cols] computes y = W x, expert stacks are [n_expert][rows][cols].
 
 `Numerics` switches the forward pass to diskformer's CPU arithmetic (Q8_0-rounded activations before quantized
-matrix products, f16 keys, values and queries, RoPE angles advanced by repeated float32 multiplication), so that the
-reference computed here on a GGUF's dequantized weights tracks the engine closely.
+matrix products; f16 queries, keys and values with the online softmax and f16 accumulator of its attention; RoPE
+angles advanced by repeated float32 multiplication), so that the reference computed here on a GGUF's dequantized
+weights tracks the engine closely enough for greedy decoding to agree.
 """
 from __future__ import annotations
 
@@ -46,22 +47,49 @@ class Config:
 class Numerics:
     """How the forward pass rounds. The defaults are plain float arithmetic (training)."""
     q8_activations: bool = False  # inputs of products with quantized matrices rounded as Q8_0 blocks
-    f16_attention: bool = False   # q, k, v rounded to f16 (the engine's KV cache and attention inputs)
+    f16_attention: bool = False   # f16 q, k, v and the engine's online-softmax attention with an f16 accumulator
     ggml_rope: bool = False       # RoPE angles as ggml's cache computes them (float32 repeated products)
 
 
 def quantize_q8_0_(x: torch.Tensor) -> torch.Tensor:
-    """x rounded through ggml's quantize_row_q8_0 (blocks of 32 along the last dimension, f16 scale)."""
+    """x rounded as the engine quantizes activations to Q8_0 (blocks of 32 along the last dimension): codes
+    round-half-even(x * 127 / amax), scale amax / 127 stored as f16."""
     shape = x.shape
     b = x.reshape(-1, 32)
     amax = b.abs().amax(dim=1, keepdim=True)
-    d = amax / 127.0
-    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
-    # roundf rounds halves away from zero; torch.round rounds them to even.
-    v = b * inv
-    q = torch.sign(v) * torch.floor(v.abs() + 0.5)
-    d16 = d.to(torch.float16).to(torch.float32)
+    inv = torch.where(amax != 0, 127.0 / amax, torch.zeros_like(amax))
+    q = torch.round(b * inv)
+    d16 = (amax / 127.0).to(torch.float16).to(torch.float32)
     return (q * d16).reshape(shape)
+
+
+def f16(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float16).to(torch.float32)
+
+
+def online_attention_f16(q, k, v, scale):
+    """Causal attention as the engine computes it on the CPU (llama.cpp's flash-attention path): keys visited in
+    order with a running maximum, the output accumulated in f16. q, k, v: [B, H, T, D] float32 holding f16 values.
+    Vectorized over batch, heads and query positions; sequential over keys."""
+    B, H, T, D = q.shape
+    s_all = (q @ k.transpose(-1, -2)) * scale  # [B, H, Tq, Tk]
+    t_idx = torch.arange(T, device=q.device)
+    m = torch.full((B, H, T), float("-inf"), device=q.device)
+    s_sum = torch.zeros(B, H, T, device=q.device)
+    acc = torch.zeros(B, H, T, D, device=q.device)
+    one = torch.ones((), device=q.device)
+    for j in range(T):
+        s = s_all[..., j]
+        valid = (t_idx >= j).view(1, 1, T)
+        grow = valid & (s > m)
+        ms = torch.where(grow, torch.exp(m - s), one)
+        vs = torch.where(grow, one, torch.exp(s - m))
+        acc = torch.where(grow.unsqueeze(-1), f16(acc * ms.unsqueeze(-1)), acc)
+        upd = f16(v[:, :, j:j + 1, :] * vs.unsqueeze(-1) + acc)
+        acc = torch.where(valid.unsqueeze(-1), upd, acc)
+        s_sum = torch.where(valid, s_sum * ms + vs, s_sum)
+        m = torch.where(grow, s, m)
+    return acc * (1.0 / s_sum).unsqueeze(-1)
 
 
 class RMSNorm(nn.Module):
@@ -119,15 +147,17 @@ class Attention(nn.Module):
         q = apply_rope(self.q_norm(q), cos, sin)
         k = apply_rope(self.k_norm(k), cos, sin)
         if num.f16_attention:
-            q, k, v = (t.to(torch.float16).to(torch.float32) for t in (q, k, v))
+            q, k, v = f16(q), f16(k), f16(v)
         group = c.n_head // c.n_head_kv
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, T, D]
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
         scale = 1.0 / math.sqrt(c.head_dim)
-        if hasattr(F, "scaled_dot_product_attention") and not num.f16_attention:
+        if num.f16_attention:
+            y = online_attention_f16(q, k, v, scale)
+        elif hasattr(F, "scaled_dot_product_attention"):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # default scale: 1/sqrt(head_dim)
-        else:  # PyTorch 1.x, and the reference path (plain float32 softmax)
+        else:  # PyTorch 1.x
             s = (q @ k.transpose(-1, -2)) * scale
             mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             s = s.masked_fill(~mask, float("-inf"))

@@ -47,18 +47,25 @@ def model_from_gguf(g: GGUFFile, device) -> Qwen3Moe:
 
 
 @torch.no_grad()
-def greedy(m, prompt_ids, n, device):
-    ids = list(prompt_ids)
-    out, margins = [], []
+def greedy(m, prompts, n, device):
+    """Greedy continuations of all prompts at once: sequences right-padded, so that causal attention keeps the
+    padding out of every real position; each step recomputes the whole sequences."""
+    seqs = [list(p) for p in prompts]
+    outs, margins = [[] for _ in seqs], [[] for _ in seqs]
     for _ in range(n):
-        logits, _, _ = m(torch.tensor([ids], device=device))
-        last = logits[0, -1]
-        top2 = last.topk(2)
-        margins.append(float(top2.values[0] - top2.values[1]))
-        nxt = int(torch.argmax(last))
-        out.append(nxt)
-        ids.append(nxt)
-    return out, margins
+        width = max(len(s) for s in seqs)
+        batch = torch.zeros(len(seqs), width, dtype=torch.long)
+        for b, s in enumerate(seqs):
+            batch[b, :len(s)] = torch.tensor(s)
+        logits, _, _ = m(batch.to(device))
+        for b, s in enumerate(seqs):
+            last = logits[b, len(s) - 1]
+            top2 = last.topk(2)
+            margins[b].append(float(top2.values[0] - top2.values[1]))
+            nxt = int(torch.argmax(last))
+            outs[b].append(nxt)
+            s.append(nxt)
+    return outs, margins
 
 
 @torch.no_grad()
@@ -93,11 +100,12 @@ def main():
         sys.exit(f"reference: heldout.bin has {held.size} tokens, fewer than --ppl-tokens {args.ppl_tokens}")
 
     cases = []
-    for p in prompts:
-        ids, margins = greedy(m, p["prompt_ids"], args.n_predict, device)
+    all_ids, all_margins = greedy(m, [p["prompt_ids"] for p in prompts], args.n_predict, device)
+    for p, ids, margins in zip(prompts, all_ids, all_margins):
         text = piece_text(tokens, types, ids)
         cases.append({"prompt": p["prompt"], "prompt_ids": p["prompt_ids"], "continuation_ids": ids,
-                      "continuation_text": text, "min_top2_margin": round(min(margins), 4)})
+                      "continuation_text": text, "min_top2_margin": round(min(margins), 4),
+                      "top2_margins": [round(x, 4) for x in margins]})
         print(f"{p['prompt']!r} -> {text!r} (smallest top-2 logit margin {min(margins):.3f})", flush=True)
     span = [int(x) for x in held[: args.ppl_tokens]]
     ppl, routes = perplexity(m, span, device)
