@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "cli/args.h"
+#include "cli/bench_cuda.h"
+#include "cli/bench_stats.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "diskformer/backend/cpu/membw.h"
@@ -37,20 +39,6 @@ std::optional<std::vector<int64_t>> int_list(Args& args, const std::string& name
     out.push_back(v);
   }
   return out;
-}
-
-struct Summary {
-  double median = 0, min = 0, max = 0;
-};
-Summary summarize(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
-}
-json summary_json(const Summary& s, bool present) {
-  if (!present) return nullptr;
-  return json{{"median", s.median}, {"min", s.min}, {"max", s.max}};
 }
 
 struct RepResult {
@@ -81,7 +69,7 @@ Result<RepResult> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt199
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args("bench", "-m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [--ram-budget SIZE] [--json]");
+  Args args("bench", "-m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [--ram-budget SIZE] [--backend cpu|cuda] [--json]");
   add_model_options(args);
   args.option("-p,--n-prompt", "N[,N...]", "prompt tokens per prefill (default 512)");
   args.option("-n,--n-gen", "N[,N...]", "tokens decoded one at a time (default 64)");
@@ -96,7 +84,7 @@ int cmd_bench(int argc, char** argv) {
   auto reps = args.get_int("--repetitions", 3);
   if (!ps || !ns || !reps) return args.exit_code();
   if (*reps < 1) return args.usage_error("-r must be at least 1");
-  auto mo = model_options(args);
+  auto mo = model_options(args, /*allow_cuda=*/true);
   if (!mo) return args.exit_code();
   const bool quiet = args.has("--quiet"), as_json = args.has("--json");
   if (mo->n_ctx == 0) {
@@ -110,6 +98,9 @@ int cmd_bench(int argc, char** argv) {
   if (!model) return 1;
   uint64_t model_bytes = 0;
   for (const auto& t : model->file().tensors) model_bytes += t.n_bytes;
+  if (backend(args) == "cuda")
+    return bench_cuda(*model, {.path = *path, .model_bytes = model_bytes, .prompts = *ps, .gens = *ns,
+                               .reps = *reps, .json = as_json, .quiet = quiet});
   std::mt19937 rng(1234);
 
   // A short warm-up so that first-touch costs (and, with a budget, a cold cache) do not land in the first rep.

@@ -12,7 +12,7 @@ void add_model_options(Args& args) {
   args.option("-c,--ctx-size", "N", "context length (default: the model's, at most 4096)");
   args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
   args.option("--ram-budget", "SIZE", "RAM for weights, caches and the KV cache; streams from disk beyond it");
-  args.option("--backend", "NAME", "compute backend: cpu");
+  args.option("--backend", "NAME", "compute backend: cpu (default), or cuda for bench in a CUDA build");
 }
 
 void add_sampling_options(Args& args) {
@@ -26,7 +26,9 @@ void add_sampling_options(Args& args) {
   args.flag("--ignore-eos", "keep generating past end-of-generation tokens");
 }
 
-std::optional<engine::ModelOptions> model_options(Args& args) {
+std::string backend(const Args& args) { return args.get_or("--backend", "cpu"); }
+
+std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
   engine::ModelOptions o;
   auto ctx = args.get_int("--ctx-size", 0);
   auto threads = args.get_int("--threads", 0);
@@ -40,9 +42,15 @@ std::optional<engine::ModelOptions> model_options(Args& args) {
     args.usage_error("-t must be between 1 and 1024, got " + std::to_string(*threads));
     return std::nullopt;
   }
-  const std::string backend = args.get_or("--backend", "cpu");
-  if (backend != "cpu") {
-    args.usage_error("--backend " + backend + " is not available in this command (supported: cpu)");
+#ifdef DISKFORMER_HAVE_CUDA
+  const bool cuda_built = true;
+#else
+  const bool cuda_built = false;
+#endif
+  const std::string b = backend(args);
+  if (b != "cpu" && !(b == "cuda" && allow_cuda && cuda_built)) {
+    args.usage_error("--backend " + b + " is not available in this command" +
+                     (allow_cuda && cuda_built ? " (supported: cpu, cuda)" : " (supported: cpu)"));
     return std::nullopt;
   }
   o.n_ctx = uint32_t(*ctx);

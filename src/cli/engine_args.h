@@ -15,8 +15,10 @@ namespace df::cli {
 void add_model_options(Args& args);      // -m, -c, -t, --ram-budget, --backend
 void add_sampling_options(Args& args);   // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed, --ignore-eos
 
-// nullopt after a usage error (already printed; args.exit_code() says 2).
-std::optional<engine::ModelOptions> model_options(Args& args);
+// nullopt after a usage error (already printed; args.exit_code() says 2). --backend cuda is accepted only where the
+// command can run it (allow_cuda) and the build has the CUDA backend; the caller reads the choice with backend().
+std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda = false);
+std::string backend(const Args& args);
 std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t default_n_predict);
 
 // Opens the model, printing the failure as one line; nullptr on failure.

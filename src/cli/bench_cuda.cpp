@@ -1,0 +1,145 @@
+#include "cli/bench_cuda.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "cli/bench_stats.h"
+#include "diskformer/util/size.h"
+
+#ifdef DISKFORMER_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "diskformer/backend/cuda/gpu_forward.h"
+#include "diskformer/backend/cuda_device.h"
+#include "diskformer/engine/generate.h"
+#endif
+
+namespace df::cli {
+
+#ifndef DISKFORMER_HAVE_CUDA
+
+int bench_cuda(engine::Model&, const BenchCudaArgs&) {
+  std::fprintf(stderr, "diskformer bench: this build has no CUDA backend (configure with -DDISKFORMER_CUDA=ON)\n");
+  return 1;
+}
+
+#else
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Device memory in use as the driver reports it (every process's allocations and contexts, as nvidia-smi counts),
+// sampled between phases; the peak of the samples.
+struct GpuMemPeak {
+  uint64_t peak = 0;
+  void sample() {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) peak = std::max<uint64_t>(peak, total_b - free_b);
+  }
+};
+
+struct Rep {
+  double prefill_s = 0, decode_s = 0;
+};
+
+Result<Rep> one_rep(const cuda::GpuModel& gpu, uint32_t n_ctx, int64_t p, int64_t n, std::mt19937& rng,
+                    GpuMemPeak& mem) {
+  DF_ASSIGN(auto s, cuda::GpuSession::create(gpu, {.n_ctx = n_ctx, .max_batch = 512, .decode_graph = true,
+                                                   .grouped_experts = true}));
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(gpu.spec().n_vocab) - 1);
+  std::vector<int32_t> prompt(size_t(std::max<int64_t>(p, 1)));
+  for (auto& t : prompt) t = tok(rng);
+  Rep r;
+  auto t0 = Clock::now();
+  DF_TRY(s->eval(prompt));
+  int32_t next = s->argmax();  // waits for the device
+  r.prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  mem.sample();
+  t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {  // greedy decode: each step feeds the previous choice back
+    DF_TRY(s->eval(std::span<const int32_t>(&next, 1)));
+    next = s->argmax();
+  }
+  r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  mem.sample();
+  return r;
+}
+
+}  // namespace
+
+int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
+  auto fail = [](const std::string& m) {
+    std::fprintf(stderr, "diskformer bench: %s\n", m.c_str());
+    return 1;
+  };
+  auto dev = cuda::query_devices();
+  if (dev.count == 0) return fail("--backend cuda: no CUDA device (" + dev.why_none + ")");
+  GpuMemPeak mem;
+  const auto t_up = Clock::now();
+  auto gpu = cuda::GpuModel::upload(host.spec(), host.weights());
+  if (!gpu) return fail(gpu.error().message);
+  const double upload_s = std::chrono::duration<double>(Clock::now() - t_up).count();
+  mem.sample();
+  if (!a.quiet)
+    std::fprintf(stderr, "diskformer bench: %s on %s, %s of weights uploaded in %.1f s\n", a.path.c_str(),
+                 dev.name.c_str(), format_size((*gpu)->device_bytes()).c_str(), upload_s);
+  std::mt19937 rng(1234);
+  if (auto warm = one_rep(**gpu, host.n_ctx(), std::min<int64_t>(8, a.prompts.front()), 4, rng, mem); !warm)
+    return fail(warm.error().message);
+  for (int64_t p : a.prompts)
+    for (int64_t n : a.gens) {
+      if (uint64_t(p + n) > host.n_ctx())
+        return fail("-p " + std::to_string(p) + " + -n " + std::to_string(n) + " exceeds the context " +
+                    std::to_string(host.n_ctx()) + " (-c)");
+      std::vector<double> pre, dec;
+      for (int64_t r = 0; r < a.reps; ++r) {
+        auto rep = one_rep(**gpu, host.n_ctx(), p, n, rng, mem);
+        if (!rep) return fail(rep.error().message);
+        if (p > 0) pre.push_back(double(p) / rep->prefill_s);
+        if (n > 0) dec.push_back(double(n) / rep->decode_s);
+      }
+      const Summary sp = summarize(pre), sd = summarize(dec);
+      json j = {{"model", std::filesystem::path(a.path).filename().string()},
+                {"model_bytes", a.model_bytes},
+                {"backend", "cuda"},
+                {"gpu", dev.name},
+                {"gpu_budget", nullptr},
+                {"ram_budget", nullptr},
+                {"threads", host.threads()},
+                {"prompt_tokens", p},
+                {"gen_tokens", n},
+                {"reps", a.reps},
+                {"prefill_tok_s", summary_json(sp, p > 0)},
+                {"decode_tok_s", summary_json(sd, n > 0)},
+                {"gpu_mem_peak_bytes", mem.peak},
+                {"gpu_weight_bytes", (*gpu)->device_bytes()},
+                {"rss_peak_bytes", engine::peak_rss_bytes()},
+                {"expert_hit_rate", nullptr},
+                {"bytes_from_ram", nullptr},
+                {"bytes_from_disk", nullptr},
+                {"h2d_GBps", nullptr},
+                {"disk_GBps", nullptr},
+                {"residency", "all resident on the GPU"},
+                {"upload_s", upload_s}};
+      if (a.json) {
+        std::printf("%s\n", j.dump().c_str());
+        continue;
+      }
+      std::printf("%s  p=%lld n=%lld reps=%lld cuda (%s), all resident on the GPU\n",
+                  j["model"].get<std::string>().c_str(), (long long)p, (long long)n, (long long)a.reps,
+                  dev.name.c_str());
+      if (p > 0) std::printf("  prefill  %9.2f tok/s (min %.2f, max %.2f)\n", sp.median, sp.min, sp.max);
+      if (n > 0) std::printf("  decode   %9.2f tok/s (min %.2f, max %.2f)\n", sd.median, sd.min, sd.max);
+      std::printf("  GPU memory peak %s (driver-reported, whole device)\n", format_size(mem.peak).c_str());
+    }
+  std::fflush(stdout);
+  return 0;
+}
+
+#endif
+
+}  // namespace df::cli
