@@ -148,19 +148,6 @@ std::vector<std::string> regexes_for(PreType t) {
 
 #undef DF_CONTRACTIONS
 
-void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  std::string out;
-  size_t pos = 0;
-  for (size_t hit = s.find(from); hit != std::string::npos; hit = s.find(from, pos)) {
-    out.append(s, pos, hit - pos);
-    out.append(to);
-    pos = hit + from.size();
-  }
-  if (pos == 0) return;
-  out.append(s, pos, std::string::npos);
-  s.swap(out);
-}
-
 // What llama.cpp's std::regex evaluation means, spelled for PCRE2:
 //  - letter subcategories collapse to \p{L} (its collapsed text has one code for every letter);
 //  - \p{S} leaves out '~' (its ASCII stand-in for symbols lists $+<=>^`| only);
@@ -168,11 +155,12 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
 //  - gpt-2's pattern gets llama.cpp's implicit final "\s+" (its hand-written matcher takes lone whitespace).
 // PCRE2_DOLLAR_ENDONLY keeps '$' from matching before a final newline, as in ECMAScript.
 std::string adapt(std::string p) {
-  for (const char* sub : {"\\p{Lu}", "\\p{Ll}", "\\p{Lt}", "\\p{Lm}", "\\p{Lo}"}) replace_all(p, sub, "\\p{L}");
-  replace_all(p, "[^\r\n\\p{L}\\p{P}\\p{S}]", "(?:~|[^\r\n\\p{L}\\p{P}\\p{S}])");
-  replace_all(p, "[^\\r\\n\\p{L}\\p{P}\\p{S}]", "(?:~|[^\\r\\n\\p{L}\\p{P}\\p{S}])");
-  replace_all(p, "[\\p{P}\\p{S}]", "(?:(?!~)[\\p{P}\\p{S}])");
-  replace_all(p, "\\d", "[0-9]");
+  for (const char* sub : {"\\p{Lu}", "\\p{Ll}", "\\p{Lt}", "\\p{Lm}", "\\p{Lo}"})
+    utf8::replace_all(p, sub, "\\p{L}");
+  utf8::replace_all(p, "[^\r\n\\p{L}\\p{P}\\p{S}]", "(?:~|[^\r\n\\p{L}\\p{P}\\p{S}])");
+  utf8::replace_all(p, "[^\\r\\n\\p{L}\\p{P}\\p{S}]", "(?:~|[^\\r\\n\\p{L}\\p{P}\\p{S}])");
+  utf8::replace_all(p, "[\\p{P}\\p{S}]", "(?:(?!~)[\\p{P}\\p{S}])");
+  utf8::replace_all(p, "\\d", "[0-9]");
   if (p == kGpt2) p += "|\\s+";
   return p;
 }

@@ -18,19 +18,6 @@ namespace {
 constexpr uint32_t kAttrSpecial = kAttrUnknown | kAttrControl;
 constexpr std::string_view kSpaceMark = "\xe2\x96\x81";  // U+2581, SentencePiece's visible space
 
-void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  std::string out;
-  size_t pos = 0;
-  for (size_t hit = s.find(from); hit != std::string::npos; hit = s.find(from, pos)) {
-    out.append(s, pos, hit - pos);
-    out.append(to);
-    pos = hit + from.size();
-  }
-  if (pos == 0) return;
-  out.append(s, pos, std::string::npos);
-  s.swap(out);
-}
-
 bool is_c_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
@@ -119,7 +106,7 @@ std::string render_piece(const Vocab& v, int32_t id) {
   if (t.attr & kAttrNormal) {
     if (v.type == VocabType::Spm || v.escape_whitespaces) {
       std::string s = t.text;
-      replace_all(s, kSpaceMark, " ");
+      utf8::replace_all(s, kSpaceMark, " ");
       return s;
     }
     return decode_byte_level(t.text);
@@ -180,7 +167,7 @@ struct Tokenizer::Impl {
   void encode_text(std::string_view text, std::vector<int32_t>& out) const {
     if (vocab.escape_whitespaces && vocab.type == VocabType::Bpe) {
       std::string s(text);
-      replace_all(s, " ", kSpaceMark);
+      utf8::replace_all(s, " ", kSpaceMark);
       bpe_tokenize(vocab, *pre, s, out);
     } else {
       bpe_tokenize(vocab, *pre, text, out);
@@ -237,7 +224,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
       piece.clear();
       if (v.add_space_prefix && prev_special) piece = " ";
       piece.append(text.substr(f.off, f.len));
-      replace_all(piece, " ", kSpaceMark);
+      utf8::replace_all(piece, " ", kSpaceMark);
       spm_tokenize(v, piece, out);
       prev_special = false;
     }

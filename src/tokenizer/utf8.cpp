@@ -119,4 +119,17 @@ const std::string& byte_to_unicode(uint8_t b) { return alphabet().to_text[b]; }
 
 int unicode_to_byte(uint32_t cp) { return cp < alphabet().to_byte.size() ? alphabet().to_byte[cp] : -1; }
 
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  std::string out;
+  size_t pos = 0;
+  for (size_t hit = s.find(from); hit != std::string::npos; hit = s.find(from, pos)) {
+    out.append(s, pos, hit - pos);
+    out.append(to);
+    pos = hit + from.size();
+  }
+  if (pos == 0) return;
+  out.append(s, pos, std::string::npos);
+  s.swap(out);
+}
+
 }  // namespace df::tokenizer::utf8

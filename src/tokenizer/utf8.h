@@ -26,6 +26,9 @@ void append(std::string& out, uint32_t cp);
 // Length of the longest prefix of `s` that does not end inside an incomplete (but so far valid) sequence.
 size_t complete_prefix(std::string_view s);
 
+// Replaces every occurrence of `from` (not empty) in `s` by `to`, left to right.
+void replace_all(std::string& s, std::string_view from, std::string_view to);
+
 // GPT-2 byte-level alphabet: every byte has a printable code point (printable Latin-1 bytes map to themselves,
 // the others to U+0100 + n in byte order).
 const std::string& byte_to_unicode(uint8_t b);   // the UTF-8 text of that code point
