@@ -6,6 +6,7 @@ namespace df::cli {
 
 int cmd_inspect(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
+int cmd_routing(int argc, char** argv);
 int cmd_ingest(int argc, char** argv);
 int cmd_measure(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);

@@ -160,6 +160,7 @@ Status Forward::moe_ffn(const LayerWeights& lw, uint32_t il, int64_t n) {
   for (int32_t e = 0; e < X; ++e)
     if (!users[e].empty()) used.push_back(e);
   stats_.expert_uses += uint64_t(n * K);
+  if (routing_) routing_->record(il, sel.data(), n);
 
   // Each expert runs once over the tokens routed to it; its outputs land in the (token, slot) rows. The gate and
   // up products of all experts of a request are one parallel job, their down products another.

@@ -69,6 +69,7 @@ class Session {
   uint32_t n_ctx() const { return kv_.n_ctx; }
   void truncate(uint32_t n_keep);
   const model::ForwardStats& stats() const { return forward_.stats(); }
+  void set_routing_stats(model::RoutingStats* r) { forward_.set_routing_stats(r); }
 
  private:
   Model& model_;

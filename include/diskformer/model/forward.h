@@ -8,6 +8,7 @@
 
 #include "diskformer/backend/cpu/ops.h"
 #include "diskformer/model/kv_cache.h"
+#include "diskformer/model/routing_stats.h"
 #include "diskformer/model/spec.h"
 #include "diskformer/model/weights.h"
 #include "diskformer/util/result.h"
@@ -46,6 +47,8 @@ class Forward {
   Status run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits = false);
   const std::vector<float>& logits() const { return b_.logits; }
   const ForwardStats& stats() const { return stats_; }
+  // Where the routers send tokens, recorded while set (nullptr: not recorded). Not owned.
+  void set_routing_stats(RoutingStats* r) { routing_ = r; }
 
  private:
   Status attention_block(const LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv);
@@ -58,6 +61,7 @@ class Forward {
   cpu::Context& ctx_;
   ForwardBuffers b_;
   ForwardStats stats_;
+  RoutingStats* routing_ = nullptr;
 };
 
 }  // namespace df::model
