@@ -9,6 +9,7 @@
 #include "diskformer/convert/quantize.h"
 #include "diskformer/gguf/reader.h"
 #include "diskformer/gguf/writer.h"
+#include "diskformer/model/arch_metadata.h"
 
 namespace df::convert {
 
@@ -36,16 +37,6 @@ Result<double> get_number(const json& h, const std::string& manifest, const char
   auto it = h.find(key);
   if (it == h.end() || !it->is_number()) return Error{manifest + ": hparams." + key + " is missing or not a number"};
   return it->get<double>();
-}
-
-uint32_t file_type_code(GgmlType t) {  // general.file_type (llama_ftype): the type of most tensors
-  switch (t) {
-    case GgmlType::F32: return 0;
-    case GgmlType::F16: return 1;
-    case GgmlType::Q4_0: return 2;
-    case GgmlType::Q8_0: return 7;
-    default: return 0;
-  }
 }
 
 }  // namespace
@@ -142,26 +133,22 @@ Status convert_raw(const ConvertOptions& o) {
 
   DF_ASSIGN(gguf::Writer w, gguf::Writer::create(o.out));
   const RawHparams& p = m.hparams;
-  const std::string a = m.arch;
-  w.set("general.architecture", Value::string(a));
-  w.set("general.name", Value::string(m.name));
-  w.set("general.alignment", Value::u32(32));
-  w.set("general.file_type", Value::u32(file_type_code(o.type)));
-  w.set(a + ".block_count", Value::u32(p.n_layer));
-  w.set(a + ".context_length", Value::u32(p.context_length));
-  w.set(a + ".embedding_length", Value::u32(p.n_embd));
-  w.set(a + ".feed_forward_length", Value::u32(p.n_ff));
-  w.set(a + ".attention.head_count", Value::u32(p.n_head));
-  w.set(a + ".attention.head_count_kv", Value::u32(p.n_head_kv));
-  w.set(a + ".attention.key_length", Value::u32(p.head_dim));
-  w.set(a + ".attention.value_length", Value::u32(p.head_dim));
-  w.set(a + ".rope.freq_base", Value::f32(static_cast<float>(p.rope_freq_base)));
-  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(p.rms_eps)));
-  w.set(a + ".expert_count", Value::u32(p.n_expert));
-  w.set(a + ".expert_used_count", Value::u32(p.n_expert_used));
-  w.set(a + ".expert_feed_forward_length", Value::u32(p.n_ff_expert));
-  for (const auto& kv : tok.metadata)
-    if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
+  model::set_arch_metadata(w, {.arch = m.arch,
+                               .name = m.name,
+                               .file_type = o.type,
+                               .n_layer = p.n_layer,
+                               .context = p.context_length,
+                               .n_embd = p.n_embd,
+                               .n_ff = p.n_ff,
+                               .n_head = p.n_head,
+                               .n_head_kv = p.n_head_kv,
+                               .head_dim = p.head_dim,
+                               .n_expert = p.n_expert,
+                               .n_expert_used = p.n_expert_used,
+                               .n_ff_expert = p.n_ff_expert,
+                               .rope_base = p.rope_freq_base,
+                               .rms_eps = p.rms_eps});
+  model::copy_tokenizer_metadata(w, tok);
 
   for (const RawTensor& t : m.tensors)
     DF_TRY(w.add_tensor(t.name, tensor_type(t, o.type), std::vector<uint64_t>(t.shape.rbegin(), t.shape.rend())));

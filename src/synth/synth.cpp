@@ -9,6 +9,7 @@
 #include "diskformer/backend/cpu/numeric.h"
 #include "diskformer/gguf/reader.h"
 #include "diskformer/gguf/writer.h"
+#include "diskformer/model/arch_metadata.h"
 #include "diskformer/util/check.h"
 
 namespace df::synth {
@@ -162,17 +163,6 @@ std::vector<Planned> plan_tensors(const Shape& s, GgmlType type, uint64_t n_voca
   return p;
 }
 
-uint32_t file_type_code(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32: return 0;
-    case GgmlType::F16: return 1;
-    case GgmlType::Q4_0: return 2;
-    case GgmlType::Q8_0: return 7;
-    case GgmlType::BF16: return 32;
-    default: return 0;
-  }
-}
-
 // Fixed-size generation chunks, each seeded from (seed, tensor, chunk): the output does not depend on threads.
 constexpr uint64_t kChunkBlocks = 1 << 14;
 
@@ -203,32 +193,23 @@ Status write_model(const Options& o) {
   if (n_vocab == 0) return Error{o.tokenizer_from + ": tokenizer.ggml.tokens is empty"};
 
   DF_ASSIGN(gguf::Writer w, gguf::Writer::create(o.out));
-  const std::string a = s.arch;
-  w.set("general.architecture", Value::string(a));
-  w.set("general.name", Value::string("synthetic " + a + " seed " + std::to_string(o.seed)));
-  w.set("general.alignment", Value::u32(32));
-  w.set("general.file_type", Value::u32(file_type_code(o.type)));
-  w.set(a + ".block_count", Value::u32(s.n_layer));
-  w.set(a + ".context_length", Value::u32(s.context));
-  w.set(a + ".embedding_length", Value::u32(s.d_model));
-  w.set(a + ".feed_forward_length", Value::u32(s.ff));
-  w.set(a + ".attention.head_count", Value::u32(s.n_head));
-  w.set(a + ".attention.head_count_kv", Value::u32(s.n_head_kv));
-  w.set(a + ".attention.key_length", Value::u32(s.head_dim));
-  w.set(a + ".attention.value_length", Value::u32(s.head_dim));
-  w.set(a + ".rope.freq_base", Value::f32(static_cast<float>(s.rope_base)));
-  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(s.rms_eps)));
-  if (a == "llama") {
-    w.set(a + ".rope.dimension_count", Value::u32(s.head_dim));
-    w.set(a + ".vocab_size", Value::u32(static_cast<uint32_t>(n_vocab)));
-  }
-  if (s.n_expert > 0) {
-    w.set(a + ".expert_count", Value::u32(s.n_expert));
-    w.set(a + ".expert_used_count", Value::u32(s.n_expert_used));
-    if (a == "qwen3moe") w.set(a + ".expert_feed_forward_length", Value::u32(s.expert_ff));
-  }
-  for (const auto& kv : tok.metadata)
-    if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
+  model::set_arch_metadata(w, {.arch = s.arch,
+                        .name = "synthetic " + s.arch + " seed " + std::to_string(o.seed),
+                        .file_type = o.type,
+                        .n_layer = s.n_layer,
+                        .context = s.context,
+                        .n_embd = s.d_model,
+                        .n_ff = s.ff,
+                        .n_head = s.n_head,
+                        .n_head_kv = s.n_head_kv,
+                        .head_dim = s.head_dim,
+                        .n_expert = s.n_expert,
+                        .n_expert_used = s.n_expert_used,
+                        .n_ff_expert = s.expert_ff,
+                        .rope_base = s.rope_base,
+                        .rms_eps = s.rms_eps,
+                        .n_vocab = n_vocab});
+  model::copy_tokenizer_metadata(w, tok);
 
   auto tensors = plan_tensors(s, o.type, n_vocab);
   for (const auto& t : tensors) DF_TRY(w.add_tensor(t.name, t.type, t.shape));

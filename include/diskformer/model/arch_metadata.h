@@ -1,0 +1,29 @@
+// The metadata keys llama.cpp reads for the llama (dense and Mixtral layout), qwen3 and qwen3moe families, written
+// from one struct, and a tokenizer copied from another GGUF: what every writer of models (synth, convert) sets.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "diskformer/gguf/reader.h"
+#include "diskformer/gguf/writer.h"
+
+namespace df::model {
+
+struct ArchMetadata {
+  std::string arch;  // "llama", "qwen3" or "qwen3moe"
+  std::string name;  // general.name
+  gguf::GgmlType file_type = gguf::GgmlType::F32;  // the type of most matrices (general.file_type)
+  uint32_t n_layer = 0, context = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  uint32_t n_expert = 0, n_expert_used = 0;  // 0: dense
+  uint32_t n_ff_expert = 0;                  // qwen3moe's expert width (llama's Mixtral layout uses n_ff)
+  double rope_base = 1e6, rms_eps = 1e-6;
+  uint64_t n_vocab = 0;                      // llama writes it as vocab_size
+};
+
+// general.* and ARCH.* keys, in the order llama.cpp's converter writes them.
+void set_arch_metadata(gguf::Writer& w, const ArchMetadata& m);
+// Every tokenizer.* key of `from` (vocabulary, merges, scores, special ids, chat template).
+void copy_tokenizer_metadata(gguf::Writer& w, const gguf::File& from);
+
+}  // namespace df::model
