@@ -201,7 +201,9 @@ TEST(GpuForwardSession, UploadFromAStreamingHostModelGivesTheSameLogits) {
     ASSERT_TRUE(full.gpu);
     const uint64_t model_bytes = full.host->weights().plan().model_bytes;
     std::unique_ptr<engine::Model> small;
-    for (uint64_t budget : {model_bytes / 4, model_bytes / 2, model_bytes * 3 / 4}) {
+    // The shared models are mostly embeddings and output head, which stay resident: only budgets just under the
+    // model's size leave room for streaming slots.
+    for (uint64_t budget : {model_bytes / 2, model_bytes * 9 / 10, model_bytes * 98 / 100, model_bytes * 99 / 100}) {
       auto m = engine::Model::open(path.string(), {.n_ctx = 128, .ram_budget = budget});
       if (m.ok() && (*m)->weights().plan().slots > 0) {
         small = std::move(*m);
