@@ -2,15 +2,13 @@
 //                            [--no-generation-prompt]
 // Prints the prompt a chat template makes of a conversation, byte for byte, and nothing else on stdout.
 #include <cstdio>
-#include <fstream>
-#include <iostream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/text_file.h"
 #include "diskformer/chat/template.h"
 #include "diskformer/gguf/reader.h"
 
@@ -19,20 +17,6 @@ namespace df::cli {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-
-Result<std::string> read_text(const std::string& path) {
-  if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    return ss.str();
-  }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Error{"cannot open " + path};
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return Error{"read error in " + path};
-  return ss.str();
-}
 
 struct ModelTemplate {
   std::string source, bos, eos;
@@ -95,14 +79,14 @@ int cmd_render_template(int argc, char** argv) {
     name = *model;
   } else {
     name = *args.get("--template");
-    auto text = read_text(name);
+    auto text = read_text_file(name);
     if (!text.ok()) return fail_with(text.error().message);
     source = std::move(*text);
   }
   if (auto b = args.get("--bos")) input.bos_token = *b;
   if (auto e = args.get("--eos")) input.eos_token = *e;
 
-  auto text = read_text(*messages_path);
+  auto text = read_text_file(*messages_path);
   if (!text.ok()) return fail_with(text.error().message);
   ojson doc;
   try {

@@ -4,12 +4,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/text_file.h"
 #include "cli/engine_args.h"
 #include "diskformer/model/routing_stats.h"
 #include "diskformer/tokenizer/tokenizer.h"
@@ -37,14 +36,12 @@ int cmd_routing(int argc, char** argv) {
 
   std::string text;
   if (auto f = args.get("--file")) {
-    std::ifstream in(*f, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "diskformer routing: %s: cannot open\n", f->c_str());
+    auto read = read_text_file(*f);
+    if (!read) {
+      std::fprintf(stderr, "diskformer routing: %s\n", read.error().message.c_str());
       return 1;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    text = std::move(*read);
   } else {
     text = *args.get("--prompt");
   }

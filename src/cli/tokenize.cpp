@@ -1,13 +1,12 @@
 // diskformer tokenize -m MODEL [--no-bos] [--parse-special] [--pieces] (-p TEXT | -f FILE)
 // stdout: the ids as one JSON array on one line; with --pieces, [{"id": .., "piece": ..}, ...].
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/text_file.h"
 #include "diskformer/gguf/reader.h"
 #include "diskformer/tokenizer/tokenizer.h"
 
@@ -32,14 +31,12 @@ int cmd_tokenize(int argc, char** argv) {
   if (prompt) {
     text = *prompt;
   } else {
-    std::ifstream in(*file, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "diskformer tokenize: cannot read %s\n", file->c_str());
+    auto read = read_text_file(*file);
+    if (!read) {
+      std::fprintf(stderr, "diskformer tokenize: %s\n", read.error().message.c_str());
       return 1;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    text = std::move(*read);
   }
 
   auto gguf_file = gguf::read_file(*model);
