@@ -12,6 +12,7 @@ void add_model_options(Args& args) {
   args.option("-c,--ctx-size", "N", "context length (default: the model's, at most 4096)");
   args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
   args.option("--ram-budget", "SIZE", "RAM for weights, caches and the KV cache; streams from disk beyond it");
+  args.option("--gpu-budget", "SIZE", "GPU memory for the run, CUDA context included; streams experts beyond it");
   args.option("--backend", "NAME", "compute backend: cpu (default), or cuda for bench in a CUDA build");
 }
 
@@ -28,12 +29,20 @@ void add_sampling_options(Args& args) {
 
 std::string backend(const Args& args) { return args.get_or("--backend", "cpu"); }
 
+std::optional<uint64_t> gpu_budget(const Args& args) {
+  auto text = args.get("--gpu-budget");
+  if (!text) return std::nullopt;
+  auto bytes = parse_size(*text);
+  return bytes.ok() ? std::optional<uint64_t>(*bytes) : std::nullopt;
+}
+
 std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
   engine::ModelOptions o;
   auto ctx = args.get_int("--ctx-size", 0);
   auto threads = args.get_int("--threads", 0);
   auto budget = args.get_size("--ram-budget");
-  if (!ctx || !threads || !budget) return std::nullopt;
+  auto gpu = args.get_size("--gpu-budget");  // read by the CUDA backend through gpu_budget()
+  if (!ctx || !threads || !budget || !gpu) return std::nullopt;
   if (*ctx < 0 || *ctx > (1 << 24)) {
     args.usage_error("-c must be between 0 and 16777216, got " + std::to_string(*ctx));
     return std::nullopt;

@@ -12,13 +12,15 @@
 
 namespace df::cli {
 
-void add_model_options(Args& args);      // -m, -c, -t, --ram-budget, --backend
+void add_model_options(Args& args);      // -m, -c, -t, --ram-budget, --gpu-budget, --backend
 void add_sampling_options(Args& args);   // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed, --ignore-eos
 
 // nullopt after a usage error (already printed; args.exit_code() says 2). --backend cuda is accepted only where the
 // command can run it (allow_cuda) and the build has the CUDA backend; the caller reads the choice with backend().
 std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda = false);
 std::string backend(const Args& args);
+// --gpu-budget in bytes; nullopt when absent (model_options has already refused a value that does not parse).
+std::optional<uint64_t> gpu_budget(const Args& args);
 std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t default_n_predict);
 
 // Opens the model, printing the failure as one line; nullptr on failure.

@@ -1,10 +1,13 @@
-// diskformer inspect -m MODEL.gguf [--json]: what a GGUF holds, and where its bytes are.
+// diskformer inspect -m MODEL.gguf [--json] [--gpu-budget SIZE [-c N]]: what a GGUF holds, and where its bytes are;
+// with --gpu-budget, the GPU residency plan instead.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "diskformer/engine/gpu_plan.h"
 #include "diskformer/gguf/reader.h"
 #include "diskformer/model/breakdown.h"
 #include "diskformer/util/size.h"
@@ -181,20 +184,86 @@ int print_text(const gguf::File& f, const model::Breakdown& b) {
   return 0;
 }
 
+// The plan of engine/gpu_plan.h for this file: text lines or one JSON object on stdout; a refused budget is a runtime
+// failure (exit 1) with the itemized numbers.
+int print_gpu_plan(const gguf::File& f, uint64_t budget, uint32_t n_ctx, bool as_json) {
+  auto spec = model::spec_from_gguf(f);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "diskformer inspect: %s\n", spec.error().message.c_str());
+    return 1;
+  }
+  auto tensors = model::bind_tensors(f, *spec);
+  if (!tensors.ok()) {
+    std::fprintf(stderr, "diskformer inspect: %s\n", tensors.error().message.c_str());
+    return 1;
+  }
+  // -c absent: the context the engine commands default to.
+  if (n_ctx == 0) n_ctx = std::min<uint32_t>(spec->n_ctx_train ? spec->n_ctx_train : 4096, 4096);
+  auto plan = engine::plan_gpu(*spec, *tensors, {.budget = budget, .n_ctx = n_ctx});
+  if (!plan.ok()) {
+    std::fprintf(stderr, "diskformer inspect: %s\n", plan.error().message.c_str());
+    return 1;
+  }
+  const engine::GpuPlan& p = *plan;
+  if (as_json) {
+    json j = p.to_json();
+    j["path"] = f.path;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  const engine::GpuResident& r = p.resident;
+  auto line = [](const char* what, uint64_t n) {
+    std::printf("  %-28s %14llu  %s\n", what, static_cast<unsigned long long>(n), format_size(n).c_str());
+  };
+  std::printf("%s: GPU plan for a budget of %s, context %u, batches of %u: %s\n", f.path.c_str(),
+              format_size(budget).c_str(), p.n_ctx, p.max_batch, engine::residency_name(p.mode));
+  std::printf("\nresident:\n");
+  line("CUDA context (assumed)", r.context);
+  line("token embeddings", r.token_embd);
+  line("output head", r.output);
+  line("attention", r.attention);
+  line("norms", r.norms);
+  line("routers", r.routers);
+  line("dense FFN", r.dense_ffn);
+  line("KV cache", r.kv_cache);
+  line("work buffers", r.work);
+  line("margin", r.margin);
+  line("total", r.total());
+  if (p.n_records) {
+    std::printf("\nexperts:\n");
+    line("record (gate+up+down)", p.record_bytes);
+    std::printf("  %-28s %14u  %.1f%% of %u experts resident (at least %u)\n", "slots", p.slots,
+                100.0 * p.resident_fraction(), p.n_records, p.min_slots);
+    line("slot pool", p.pool_bytes());
+  }
+  std::printf("\n");
+  line("total", p.total_bytes());
+  line("left of the budget", budget - p.total_bytes());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  Args args("inspect", "-m MODEL.gguf [--json]");
+  Args args("inspect", "-m MODEL.gguf [--json] [--gpu-budget SIZE [-c N]]");
   args.option("-m,--model", "PATH", "GGUF file to describe");
   args.flag("--json", "one JSON object on stdout instead of tables");
+  args.option("--gpu-budget", "SIZE", "print the GPU residency plan for this budget (CUDA context included)");
+  args.option("-c,--ctx-size", "N", "context length of the plan's KV cache (default: the model's, at most 4096)");
   if (!args.parse(argc, argv)) return args.exit_code();
   auto path = args.get("--model");
   if (!path) return args.usage_error("-m MODEL is required");
+  auto gpu_budget = args.get_size("--gpu-budget");
+  auto ctx = args.get_int("--ctx-size", 0);
+  if (!gpu_budget || !ctx) return args.exit_code();
+  if (*ctx < 0 || *ctx > (1 << 24))
+    return args.usage_error("-c must be between 0 and 16777216, got " + std::to_string(*ctx));
   auto f = gguf::read_file(*path);
   if (!f) {
     std::fprintf(stderr, "diskformer inspect: %s\n", f.error().message.c_str());
     return 1;
   }
+  if (*gpu_budget) return print_gpu_plan(*f, **gpu_budget, uint32_t(*ctx), args.has("--json"));
   auto b = model::breakdown(*f);
   return args.has("--json") ? print_json(*f, b) : print_text(*f, b);
 }
