@@ -107,7 +107,11 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   r.kv_cache = gpu_kv_bytes(spec, o.n_ctx);
   r.work = session - r.kv_cache;
   r.margin = kGpuMarginBytes;
-  p.n_records = spec.moe() ? spec.n_layer * spec.n_expert : 0;
+  const uint64_t records = spec.moe() ? uint64_t(spec.n_layer) * spec.n_expert : 0;
+  if (records > (1u << 31))
+    return Error{"GPU plan: " + std::to_string(spec.n_layer) + " layers x " + std::to_string(spec.n_expert) +
+                 " experts are more expert records than a slot pool indexes (2^31)"};
+  p.n_records = uint32_t(records);
   p.min_slots = spec.moe() ? 2 * spec.n_expert_used : 0;
   p.slots = p.n_records;  // all resident until the budget says otherwise
   if (!o.budget || *o.budget >= p.total_bytes()) return p;
