@@ -4,6 +4,8 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "diskformer/util/check.h"
+
 namespace df::engine {
 
 int32_t argmax(std::span<const float> logits) {
@@ -12,6 +14,20 @@ int32_t argmax(std::span<const float> logits) {
     if (logits[i] > logits[best]) best = int32_t(i);
   return best;
 }
+
+namespace {
+// Best first: the higher logit, then the lower id (a strict total order, so every backend sorts alike).
+bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+// Greedy: the highest logit, the lowest id on ties.
+int32_t greedy(const std::vector<std::pair<float, int32_t>>& cand) {
+  auto best = std::max_element(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
+    return a.first < b.first || (a.first == b.first && a.second > b.second);
+  });
+  return best->second;
+}
+}  // namespace
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   cand_.clear();
@@ -24,14 +40,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     for (auto& [l, id] : cand_)
       if (recent.count(id)) l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
   }
-  if (p_.temp <= 0.0f) {
-    auto best = std::max_element(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) {
-      return a.first < b.first || (a.first == b.first && a.second > b.second);
-    });
-    return best->second;
-  }
+  if (p_.temp <= 0.0f) return greedy(cand_);
 
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   size_t keep = cand_.size();
   if (p_.top_k > 0 && size_t(p_.top_k) < keep) {
     keep = size_t(p_.top_k);
@@ -40,6 +50,19 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
+  return draw();
+}
+
+int32_t Sampler::sample_top_k(std::span<const std::pair<float, int32_t>> top) {
+  DF_CHECK(!top.empty());
+  cand_.assign(top.begin(), top.end());
+  if (p_.temp <= 0.0f) return greedy(cand_);
+  // partial_sort in sample() leaves the same k candidates in this order.
+  std::sort(cand_.begin(), cand_.end(), by_logit);
+  return draw();
+}
+
+int32_t Sampler::draw() {
   // Probabilities of the survivors (sorted, highest first).
   auto probs = [&] {
     std::vector<double> p(cand_.size());

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "diskformer/engine/decoder.h"
 #include "diskformer/engine/model.h"
 #include "diskformer/engine/sampler.h"
 
@@ -36,8 +37,11 @@ struct GenerateHooks {
   std::function<void(int32_t)> on_token;      // each generated token, end-of-generation excluded
 };
 
-// history holds the tokens the session has seen (for the repeat penalty); the prompt and the generated tokens are
+// history holds the tokens the decoder has seen (for the repeat penalty); the prompt and the generated tokens are
 // appended to it.
+Result<GenerateStats> generate(Decoder& decoder, std::span<const int32_t> prompt, const GenerateOptions& options,
+                               const GenerateHooks& hooks, std::vector<int32_t>& history);
+// The same on the CPU engine's session.
 Result<GenerateStats> generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& options,
                                const GenerateHooks& hooks, std::vector<int32_t>& history);
 

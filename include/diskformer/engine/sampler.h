@@ -24,8 +24,17 @@ class Sampler {
   explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
   // history: the tokens so far (prompt and generated), for the repeat penalty.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // The same choice as sample() when `top` holds the min(top_k, n_vocab) best candidates of the full logits after
+  // the repeat penalty, as (penalized logit, id) in any order (ties at the cut: the lower ids); at temperature 0 any
+  // set that contains the best one. Lets a backend do the work that scales with the vocabulary elsewhere (the GPU)
+  // and draw here with the same random stream: equal seeds give equal tokens.
+  int32_t sample_top_k(std::span<const std::pair<float, int32_t>> top);
+  const SamplingParams& params() const { return p_; }
 
  private:
+  // Top-p, min-p, temperature and the seeded draw over cand_, sorted best first.
+  int32_t draw();
+
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
