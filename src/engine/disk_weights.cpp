@@ -17,8 +17,10 @@ uint64_t place(uint64_t at, const gguf::TensorInfo* t) { return place_piece(at, 
 }  // namespace
 
 Result<std::unique_ptr<DiskWeights>> DiskWeights::open(const gguf::File& file, const model::ModelSpec& spec,
-                                                       const model::ModelTensors& t, const WeightPlan& plan) {
-  std::unique_ptr<DiskWeights> w(new DiskWeights(file, spec, t, plan));
+                                                       const model::ModelTensors& t, const WeightPlan& plan,
+                                                       io::HostAllocator* allocator) {
+  std::unique_ptr<DiskWeights> w(
+      new DiskWeights(file, spec, t, plan, allocator ? *allocator : io::default_host_allocator()));
   std::vector<const gguf::TensorInfo*> list = {t.token_embd, t.output_norm};
   if (t.output != t.token_embd) list.push_back(t.output);
   if (plan.mode != Residency::kStreamLayers)
@@ -53,7 +55,7 @@ Status DiskWeights::load_resident(const std::vector<const gguf::TensorInfo*>& li
     arena_offset_[t] = at;
     at += t->n_bytes;
   }
-  DF_ASSIGN(arena_, io::AlignedBuffer::allocate(std::max<uint64_t>(at, kPage)));
+  DF_ASSIGN(arena_, io::AlignedBuffer::allocate(std::max<uint64_t>(at, kPage), kPage, allocator_));
   DF_ASSIGN(auto reader, io::Reader::create({}));
   DF_ASSIGN(io::FileId fid, reader->open(file_.path));
   std::vector<io::ReadRequest> reqs;
@@ -107,6 +109,7 @@ Status DiskWeights::create_pool() {
   cache::SlotPoolOptions o;
   o.slots = plan_.slots;
   o.slot_bytes = plan_.record_bytes;
+  o.allocator = &allocator_;
   // Layers: the next one. Experts: the next layer's guessed top-k for a token or two (the browser original's
   // lookahead of one layer).
   // A quarter of the pool at most, so that reads ahead never hold the slots a layer's own experts need.

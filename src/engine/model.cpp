@@ -13,7 +13,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   uint64_t tensor_bytes = 0;
   for (const auto& t : m->file_.tensors) tensor_bytes += t.n_bytes;
   DF_ASSIGN(WeightPlan plan, plan_weights(m->spec_, m->tensors_, tensor_bytes, m->n_ctx_, o.ram_budget));
-  DF_ASSIGN(m->weights_, DiskWeights::open(m->file_, m->spec_, m->tensors_, plan));
+  DF_ASSIGN(m->weights_, DiskWeights::open(m->file_, m->spec_, m->tensors_, plan, o.host_allocator));
   m->pool_ = std::make_unique<cpu::ThreadPool>(o.threads > 0 ? o.threads : cpu::default_thread_count());
   m->ctx_.pool = m->pool_.get();
   if (o.kernels) m->ctx_.kernels = o.kernels;

@@ -28,9 +28,11 @@ struct DiskStats {
 
 class DiskWeights final : public model::WeightSource {
  public:
-  // spec, tensors and the File must outlive the weights.
+  // spec, tensors and the File must outlive the weights; so must `allocator` (nullptr: posix_memalign), which
+  // holds the arena and the slot pool.
   static Result<std::unique_ptr<DiskWeights>> open(const gguf::File& file, const model::ModelSpec& spec,
-                                                   const model::ModelTensors& tensors, const WeightPlan& plan);
+                                                   const model::ModelTensors& tensors, const WeightPlan& plan,
+                                                   io::HostAllocator* allocator = nullptr);
 
   const model::Mat& token_embd() const override { return token_embd_; }
   const model::Mat& output_norm() const override { return output_norm_; }
@@ -49,8 +51,9 @@ class DiskWeights final : public model::WeightSource {
   void reset_stream_stats();
 
  private:
-  DiskWeights(const gguf::File& f, const model::ModelSpec& s, const model::ModelTensors& t, const WeightPlan& p)
-      : file_(f), spec_(s), tensors_(t), plan_(p) {}
+  DiskWeights(const gguf::File& f, const model::ModelSpec& s, const model::ModelTensors& t, const WeightPlan& p,
+              io::HostAllocator& a)
+      : file_(f), spec_(s), tensors_(t), plan_(p), allocator_(a) {}
   Status load_resident(const std::vector<const gguf::TensorInfo*>& list);
   Status create_pool();
   // Lays out the extents of one streamed record; the slot offsets keep each file offset's 4 KiB phase.
@@ -62,6 +65,7 @@ class DiskWeights final : public model::WeightSource {
   const model::ModelSpec& spec_;
   const model::ModelTensors& tensors_;
   WeightPlan plan_;
+  io::HostAllocator& allocator_;
 
   io::AlignedBuffer arena_;
   std::unordered_map<const gguf::TensorInfo*, uint64_t> arena_offset_;

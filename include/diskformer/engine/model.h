@@ -30,6 +30,9 @@ struct ModelOptions {
   int threads = 0;                        // 0: physical cores
   std::optional<uint64_t> ram_budget;     // nullopt: everything resident
   const cpu::Kernels* kernels = nullptr;  // nullptr: the best this CPU runs
+  // RAM of the weights (the resident arena and the slot pool); nullptr: posix_memalign. A GPU run passes pinned
+  // memory, so that experts copied from RAM to the GPU move as DMA at the link's speed.
+  io::HostAllocator* host_allocator = nullptr;
 };
 
 class Model {
