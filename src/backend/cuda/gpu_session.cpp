@@ -172,65 +172,89 @@ void GpuSession::forward(int64_t n, bool all_logits, float* logits) {
   get_rows({.table = model_.token_embd(), .ids = tok_.as<int32_t>(), .n = n, .out = x, .stream = stream_});
   for (uint32_t il = 0; il < s.n_layer; ++il) {
     const GpuLayer& l = model_.layer(il);
-    rms_norm({.x = x, .weight = l.attn_norm.f32(), .y = xn_.as<float>(), .n_rows = n, .cols = E, .eps = s.norm_eps,
-              .stream = stream_});
+    // Each sublayer norms x into xn and adds its output back into x.
     attention_block(l, il, n);
-    add({.x = x, .y = proj_.as<float>(), .n = n * E, .stream = stream_});
-    rms_norm({.x = x, .weight = l.ffn_norm.f32(), .y = xn_.as<float>(), .n_rows = n, .cols = E, .eps = s.norm_eps,
-              .stream = stream_});
     ffn_block(l, n);
-    add({.x = x, .y = proj_.as<float>(), .n = n * E, .stream = stream_});
   }
   const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
-  rms_norm({.x = x + first * E, .weight = model_.output_norm(), .y = xn_.as<float>(), .n_rows = n_out, .cols = E,
-            .eps = s.norm_eps, .stream = stream_});
+  const uint8_t* xq = norm_input(x + first * E, model_.output_norm(), n_out, {&model_.output()});
   matmul({.w = model_.output(), .x = xn_.as<float>(), .n_tok = n_out, .y = logits, .scratch = scratch_.as<uint8_t>(),
-          .stream = stream_});
+          .stream = stream_, .x_q8 = xq});
 }
 
-// Quantizes xn once for several products of it when all their weights are Q4_0/Q8_0 (the activations are the
-// same Q8_0 blocks for both); nullptr otherwise, and each product converts its own input.
-const uint8_t* GpuSession::quantize_shared(int64_t n, std::initializer_list<const DMat*> ws) {
+// Norms n rows of the residual stream at x into xn. When every product in ws takes Q8_0 activations of xn, they
+// are quantized in the same launch (rms_norm_q8) and returned (in scratch, shared by those products); else nullptr,
+// and each product converts its own input.
+const uint8_t* GpuSession::norm_input(const float* x, const float* weight, int64_t n,
+                                      std::initializer_list<const DMat*> ws) {
+  const model::ModelSpec& s = model_.spec();
+  const int64_t E = s.n_embd;
+  bool q8 = ws.size() > 0;
   for (const DMat* w : ws)
-    if (w->type != gguf::GgmlType::Q4_0 && w->type != gguf::GgmlType::Q8_0) return nullptr;
-  const int64_t E = model_.spec().n_embd;
-  for (const DMat* w : ws) DF_CHECK(w->cols == E);
-  quantize_q8_0({.x = xn_.as<float>(), .y = scratch_.as<uint8_t>(), .n_rows = n, .cols = E, .stream = stream_});
+    q8 = q8 && (w->type == gguf::GgmlType::Q4_0 || w->type == gguf::GgmlType::Q8_0) && w->cols == E;
+  if (!q8) {
+    rms_norm({.x = x, .weight = weight, .y = xn_.as<float>(), .n_rows = n, .cols = E, .eps = s.norm_eps,
+              .stream = stream_});
+    return nullptr;
+  }
+  rms_norm_q8({.x = x, .weight = weight, .y = xn_.as<float>(), .y_q8 = scratch_.as<uint8_t>(), .n_rows = n,
+               .cols = E, .eps = s.norm_eps, .stream = stream_});
   return scratch_.as<uint8_t>();
+}
+
+// The products of xn with up to 3 matrices: one decode_matvec launch for a few tokens when xq holds xn's Q8_0
+// blocks and the kernel takes every matrix, else a matmul each (the same results).
+void GpuSession::products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const DMat*, float*>> outs) {
+  DF_CHECK(outs.size() >= 1 && outs.size() <= 3);
+  bool fused = xq != nullptr;
+  for (const auto& [w, y] : outs)
+    fused = fused && decode_matvec_supported(*w, n) && w->type == outs.begin()->first->type;
+  if (fused) {
+    DecodeMatvecArgs d{.n_parts = int(outs.size()), .x = xn_.as<float>(), .x_q8 = xq, .n_tok = n, .stream = stream_};
+    int i = 0;
+    for (const auto& [w, y] : outs) d.parts[i++] = {.w = *w, .y = y};
+    decode_matvec(d);
+    return;
+  }
+  for (const auto& [w, y] : outs)
+    matmul({.w = *w, .x = xn_.as<float>(), .n_tok = n, .y = y, .scratch = scratch_.as<uint8_t>(), .stream = stream_,
+            .x_q8 = xq});
+}
+
+// x += W in: for a few tokens one decode_matvec launch that quantizes `in` per block and adds into x in its
+// epilogue; else matmul into proj and add (the same roundings).
+void GpuSession::add_product(const DMat& w, const float* in, int64_t n) {
+  float* x = x_.as<float>();
+  if (decode_matvec_supported(w, n)) {
+    DecodeMatvecArgs d{.n_parts = 1, .x = in, .n_tok = n, .stream = stream_};
+    d.parts[0] = {.w = w, .y = x, .residual = x};
+    decode_matvec(d);
+    return;
+  }
+  matmul({.w = w, .x = in, .n_tok = n, .y = proj_.as<float>(), .scratch = scratch_.as<uint8_t>(), .stream = stream_});
+  add({.x = x, .y = proj_.as<float>(), .n = n * int64_t(model_.spec().n_embd), .stream = stream_});
 }
 
 void GpuSession::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
   const model::ModelSpec& s = model_.spec();
   const int hk = int(s.head_dim_k), hv = int(s.head_dim_v);
   const int64_t kd = s.kv_dim_k(), vd = s.kv_dim_v();
-  const float* xn = xn_.as<float>();
-  uint8_t* scratch = scratch_.as<uint8_t>();
   float *q = q_.as<float>(), *k = k_.as<float>(), *v = v_.as<float>();
-  const uint8_t* xq = quantize_shared(n, {&l.wq.m, &l.wk.m, &l.wv.m});
-  matmul({.w = l.wq.m, .x = xn, .n_tok = n, .y = q, .scratch = scratch, .stream = stream_, .x_q8 = xq});
-  matmul({.w = l.wk.m, .x = xn, .n_tok = n, .y = k, .scratch = scratch, .stream = stream_, .x_q8 = xq});
-  matmul({.w = l.wv.m, .x = xn, .n_tok = n, .y = v, .scratch = scratch, .stream = stream_, .x_q8 = xq});
-  if (s.qk_norm) {
-    rms_norm({.x = q, .weight = l.q_norm.f32(), .y = q, .n_rows = n * s.n_head, .cols = hk, .eps = s.norm_eps,
-              .stream = stream_});
-    rms_norm({.x = k, .weight = l.k_norm.f32(), .y = k, .n_rows = n * s.n_head_kv, .cols = hk, .eps = s.norm_eps,
-              .stream = stream_});
-  }
+  const uint8_t* xq = norm_input(x_.as<float>(), l.attn_norm.f32(), n, {&l.wq.m, &l.wk.m, &l.wv.m});
+  products(n, xq, {{&l.wq.m, q}, {&l.wk.m, k}, {&l.wv.m, v}});
   const int32_t* pos = pos_.as<int32_t>();
-  const float* table = rope_table_.as<float>();
-  rope({.x = q, .n_tok = n, .n_heads = int(s.n_head), .head_dim = hk, .n_rot = int(s.n_rot), .pos = pos,
-        .table = table, .n_pos = opt_.n_ctx, .style = s.rope_style, .stream = stream_});
-  rope({.x = k, .n_tok = n, .n_heads = int(s.n_head_kv), .head_dim = hk, .n_rot = int(s.n_rot), .pos = pos,
-        .table = table, .n_pos = opt_.n_ctx, .style = s.rope_style, .stream = stream_});
   uint16_t* kc = k_cache_.as<uint16_t>() + uint64_t(il) * opt_.n_ctx * kd;
   uint16_t* vc = v_cache_.as<uint16_t>() + uint64_t(il) * opt_.n_ctx * vd;
-  store_kv({.k = k, .v = v, .k_cache = kc, .v_cache = vc, .pos = pos, .n_tok = n, .dim_k = kd, .dim_v = vd,
-            .n_ctx = opt_.n_ctx, .stream = stream_});
+  // q-norm, k-norm, RoPE and the f16 KV store in one launch.
+  qk_norm_rope_store({.q = q, .k = k, .v = v, .q_norm = s.qk_norm ? l.q_norm.f32() : nullptr,
+                      .k_norm = s.qk_norm ? l.k_norm.f32() : nullptr, .eps = s.norm_eps, .n_head = int(s.n_head),
+                      .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv, .n_rot = int(s.n_rot),
+                      .n_tok = n, .pos = pos, .table = rope_table_.as<float>(), .n_pos = opt_.n_ctx,
+                      .style = s.rope_style, .k_cache = kc, .v_cache = vc, .n_ctx = opt_.n_ctx, .stream = stream_});
   attention({.q = q, .k = kc, .v = vc, .out = attn_.as<float>(), .pos = pos, .n_head = int(s.n_head),
              .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv, .n_tok = n,
              .scale = 1.0f / std::sqrt(float(hk)), .stream = stream_});
-  matmul({.w = l.wo.m, .x = attn_.as<float>(), .n_tok = n, .y = proj_.as<float>(), .scratch = scratch,
-          .stream = stream_});
+  add_product(l.wo.m, attn_.as<float>(), n);
 }
 
 void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
@@ -239,18 +263,34 @@ void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
   uint8_t* scratch = scratch_.as<uint8_t>();
   float *gate = gate_.as<float>(), *up = up_.as<float>();
   if (!s.moe()) {
-    const uint8_t* xq = quantize_shared(n, {&l.ffn_gate.m, &l.ffn_up.m});
-    matmul({.w = l.ffn_gate.m, .x = xn, .n_tok = n, .y = gate, .scratch = scratch, .stream = stream_, .x_q8 = xq});
-    matmul({.w = l.ffn_up.m, .x = xn, .n_tok = n, .y = up, .scratch = scratch, .stream = stream_, .x_q8 = xq});
+    const uint8_t* xq = norm_input(x_.as<float>(), l.ffn_norm.f32(), n, {&l.ffn_gate.m, &l.ffn_up.m});
+    products(n, xq, {{&l.ffn_gate.m, gate}, {&l.ffn_up.m, up}});
     swiglu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff), .stream = stream_});
-    matmul({.w = l.ffn_down.m, .x = gate, .n_tok = n, .y = proj_.as<float>(), .scratch = scratch, .stream = stream_});
+    add_product(l.ffn_down.m, gate, n);
     return;
   }
   const int K = int(s.n_expert_used);
   int32_t* ids = ids_.as<int32_t>();
-  matmul({.w = l.gate_inp.m, .x = xn, .n_tok = n, .y = router_.as<float>(), .scratch = scratch, .stream = stream_});
+  // A few tokens with resident quantized experts: router, then two launches for the experts (gate and up with the
+  // SwiGLU and the Q8_0 of its output; down with the weighted combine and the residual add).
+  const bool fused = n <= kDecodeMaxTok && moe_decode_supported(l.gate_exps.m, l.up_exps.m, l.down_exps.m, n, K);
+  const uint8_t* xq = fused ? norm_input(x_.as<float>(), l.ffn_norm.f32(), n, {&l.gate_exps.m, &l.up_exps.m})
+                            : norm_input(x_.as<float>(), l.ffn_norm.f32(), n, {});
+  matmul({.w = l.gate_inp.m, .x = xn, .n_tok = n, .y = router_.as<float>(), .scratch = scratch, .stream = stream_,
+          .x_q8 = xq});
   route({.logits = router_.as<float>(), .n_tok = n, .n_expert = int(s.n_expert), .n_used = K,
          .norm_topk = s.norm_topk, .ids = ids, .weights = wts_.as<float>(), .stream = stream_});
+  if (fused) {
+    // up_ holds the experts' Q8_0 activations ([n * K][n_ff_expert / 32] blocks, fewer bytes than its floats).
+    uint8_t* act_q8 = up_.as<uint8_t>();
+    moe_decode_gate_up({.gate = l.gate_exps.m, .up = l.up_exps.m, .gate_stride = l.gate_stride,
+                        .up_stride = l.up_stride, .n_expert = int32_t(s.n_expert), .ids = ids, .n_tok = n,
+                        .n_used = K, .x_q8 = xq, .act_q8 = act_q8, .stream = stream_});
+    moe_decode_down({.down = l.down_exps.m, .down_stride = l.down_stride, .n_expert = int32_t(s.n_expert),
+                     .ids = ids, .weights = wts_.as<float>(), .n_tok = n, .n_used = K, .act_q8 = act_q8,
+                     .x = x_.as<float>(), .out = x_.as<float>(), .stream = stream_});
+    return;
+  }
   if (opt_.grouped_experts && n > 1) {
     const int64_t n_slots = n * K;
     moe_plan({.ids = ids, .n_slots = n_slots, .n_expert = int32_t(s.n_expert), .order = order_.as<int32_t>(),
@@ -272,6 +312,7 @@ void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
   }
   moe_combine({.expert_out = expert_out_.as<float>(), .weights = wts_.as<float>(), .out = proj_.as<float>(),
                .n_tok = n, .n_embd = int64_t(s.n_embd), .n_used = K, .stream = stream_});
+  add({.x = x_.as<float>(), .y = proj_.as<float>(), .n = n * int64_t(s.n_embd), .stream = stream_});
 }
 
 // The routed experts one (token, slot) per block column: decode, and batches without grouped_experts.

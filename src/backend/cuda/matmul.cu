@@ -197,6 +197,17 @@ void matmul(const MatmulArgs& a) {
   check_mat(a.w);
   DF_CHECK(a.x != nullptr && a.y != nullptr && a.n_tok > 0);
   DF_CHECK(static_cast<const void*>(a.x) != static_cast<const void*>(a.y));
+  // A few vectors of quantized weights: the decode kernel (decode.cu), the same results with its rows staged in
+  // shared memory.
+  if (decode_matvec_supported(a.w, a.n_tok)) {
+    // Quantized once here rather than in each of the kernel's blocks (the output head has thousands).
+    const uint8_t* xq =
+        a.x_q8 != nullptr ? a.x_q8 : prepare_act(a.w.type, a.x, a.w.cols, a.n_tok, a.scratch, a.stream).first;
+    DecodeMatvecArgs d{.n_parts = 1, .x = a.x, .x_q8 = xq, .n_tok = a.n_tok, .stream = a.stream};
+    d.parts[0] = {.w = a.w, .y = a.y};
+    decode_matvec(d);
+    return;
+  }
   const int64_t gx = (a.w.rows + kWarps - 1) / kWarps, gy = (a.n_tok + kTile - 1) / kTile;
   DF_CHECK(gx <= 0x7fffffff && gy <= 65535);
   auto [act, stride] = quantized(a.w.type) && a.x_q8 != nullptr

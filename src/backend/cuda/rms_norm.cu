@@ -1,6 +1,7 @@
 // RMSNorm, a block per row: the square sum in double as cpu::rms_norm takes it (float squares, double sum), so the
 // scale rounds to the same float except in rare ties of the double sum's order.
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/rms.cuh"
 #include "diskformer/backend/cuda/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
@@ -15,16 +16,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* x, cons
                                                             int64_t cols, float eps) {
   const float* xr = x + int64_t(blockIdx.x) * cols;
   float* yr = y + int64_t(blockIdx.x) * cols;
-  double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < cols; i += kThreads) sum += double(__fmul_rn(xr[i], xr[i]));
-  __shared__ double warp_sums[kThreads / 32];
-  sum = dev::warp_sum(sum);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-  __syncthreads();  // also orders every read of x before the writes of y when they alias
-  double total = 0.0;
-  for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
-  const float mean = float(total / double(cols));
-  const float scale = 1.0f / sqrtf(mean + eps);
+  const float scale = dev::block_rms_scale<kThreads>(xr, cols, eps);
   for (int64_t i = threadIdx.x; i < cols; i += kThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), weight[i]);
 }
 

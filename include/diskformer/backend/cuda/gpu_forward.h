@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "diskformer/backend/cuda/buffer.h"
@@ -73,10 +74,10 @@ class GpuModel {
 struct GpuSessionOptions {
   uint32_t n_ctx = 4096;      // KV cache positions
   uint32_t max_batch = 512;   // tokens per forward pass; longer evals are split
-  bool decode_graph = false;  // replay single-token steps from a captured CUDA graph
+  bool decode_graph = true;  // replay single-token steps from a captured CUDA graph
   // Batches of several tokens multiply the routed experts grouped by expert (moe_matmul_grouped: each expert's
   // weights read once per 8 of its tokens) instead of once per (token, slot).
-  bool grouped_experts = false;
+  bool grouped_experts = true;
 };
 
 // One sequence on the GPU: its KV cache (f16, [n_layer][n_ctx][kv_dim]), work buffers, a stream of its own.
@@ -112,7 +113,9 @@ class GpuSession {
   void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
   void ffn_block(const GpuLayer& l, int64_t n);
   void moe_ungrouped(const GpuLayer& l, int64_t n);
-  const uint8_t* quantize_shared(int64_t n, std::initializer_list<const DMat*> ws);
+  const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::initializer_list<const DMat*> ws);
+  void products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const DMat*, float*>> outs);
+  void add_product(const DMat& w, const float* in, int64_t n);
   void decode_step_graph();
 
   const GpuModel& model_;

@@ -228,4 +228,102 @@ struct ArgmaxArgs {
 };
 void argmax(const ArgmaxArgs& a);
 
+// ---- Decode (a few tokens): fused kernels that stage weight rows in shared memory with 16-byte asynchronous copies
+// and keep matmul's per-lane block order and warp reduction, so every result equals the unfused kernels' bit for bit.
+
+// Up to this many input vectors per decode launch.
+constexpr int64_t kDecodeMaxTok = 4;
+
+// Whether decode_matvec (and matmul's use of it) takes w for n_tok vectors: Q4_0/Q8_0 rows that start 16-byte aligned
+// (data and row_bytes multiples of 16) and n_tok <= kDecodeMaxTok.
+bool decode_matvec_supported(const DMat& w, int64_t n_tok);
+
+// y_i[t][r] = residual_i[t][r] + dot(W_i row r, x[t]) for up to 3 matrices of the same input (q, k and v; gate and
+// up) in one launch; residual_i may be null (no add) or equal y_i (the residual stream updated in place). matmul()
+// routes small Q4_0/Q8_0 products here too.
+struct DecodeMatvecPart {
+  DMat w;
+  float* y = nullptr;                // [n_tok][w.rows]
+  const float* residual = nullptr;   // [n_tok][w.rows] or null
+};
+struct DecodeMatvecArgs {
+  DecodeMatvecPart parts[3];
+  int n_parts = 1;
+  const float* x = nullptr;       // [n_tok][cols] f32: quantized to Q8_0 inside each block, or
+  const uint8_t* x_q8 = nullptr;  // [n_tok][cols / 32] Q8_0 blocks (quantize_q8_0 / rms_norm_q8), preferred if set
+  int64_t n_tok = 1;
+  cudaStream_t stream = nullptr;
+};
+void decode_matvec(const DecodeMatvecArgs& a);
+
+// rms_norm followed by quantize_q8_0 of its output, in one launch: y (optional) and y_q8 equal the two unfused
+// kernels' outputs bit for bit. y must not alias x.
+struct RmsNormQ8Args {
+  const float* x = nullptr;       // [n_rows][cols]
+  const float* weight = nullptr;  // [cols]
+  float* y = nullptr;             // [n_rows][cols] or null
+  uint8_t* y_q8 = nullptr;        // [n_rows][cols / 32] Q8_0 blocks
+  int64_t n_rows = 0, cols = 0;   // cols % 32 == 0
+  float eps = 1e-5f;
+  cudaStream_t stream = nullptr;
+};
+void rms_norm_q8(const RmsNormQ8Args& a);
+
+// The attention inputs' per-head steps in one launch, as rms_norm (q_norm, k_norm per head; skipped when null), rope
+// of q and k, and store_kv of k and v compute them; q and k are updated in place.
+struct QkNormRopeStoreArgs {
+  float* q = nullptr;              // [n_tok][n_head * head_dim_k]
+  float* k = nullptr;              // [n_tok][n_head_kv * head_dim_k]
+  const float* v = nullptr;        // [n_tok][n_head_kv * head_dim_v]
+  const float* q_norm = nullptr;   // [head_dim_k] or null
+  const float* k_norm = nullptr;   // [head_dim_k] or null
+  float eps = 1e-5f;
+  int n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, n_rot = 0;  // head dims <= 512
+  int64_t n_tok = 0;
+  const int32_t* pos = nullptr;    // [n_tok]
+  const float* table = nullptr;    // rope_table(n_pos, n_rot, base)
+  int64_t n_pos = 0;
+  model::RopeStyle style = model::RopeStyle::kNormal;
+  uint16_t* k_cache = nullptr;     // [n_ctx][n_head_kv * head_dim_k] f16
+  uint16_t* v_cache = nullptr;     // [n_ctx][n_head_kv * head_dim_v] f16
+  int64_t n_ctx = 0;
+  cudaStream_t stream = nullptr;
+};
+void qk_norm_rope_store(const QkNormRopeStoreArgs& a);
+
+// Routed experts of a few tokens in two launches. moe_decode_gate_up: for slot v = t * n_used + k, act[v] =
+// silu(gate_e . x[t]) * up_e . x[t] with e = ids[v], quantized to Q8_0 in the epilogue (as moe_matmul, swiglu and
+// quantize_q8_0 compute them). moe_decode_down: out[t] = x[t] + sum over k in order of weights[t][k] *
+// (down_e . act[t * n_used + k]) (moe_matmul, moe_combine and add). Experts are addressed as in MoeMatmulArgs (w
+// describes expert 0; expert e at w.data + e * stride), so a pool of cached experts works through remapped ids.
+bool moe_decode_supported(const DMat& gate, const DMat& up, const DMat& down, int64_t n_tok, int32_t n_used);
+struct MoeDecodeGateUpArgs {
+  DMat gate, up;                     // one expert: [n_ff] x [n_embd]; n_ff % 32 == 0
+  uint64_t gate_stride = 0, up_stride = 0;
+  int32_t n_expert = 0;
+  const int32_t* ids = nullptr;      // [n_tok][n_used]
+  int64_t n_tok = 0;
+  int32_t n_used = 0;
+  const uint8_t* x_q8 = nullptr;     // [n_tok][n_embd / 32] Q8_0 blocks
+  float* act = nullptr;              // [n_tok * n_used][n_ff] f32, or null
+  uint8_t* act_q8 = nullptr;         // [n_tok * n_used][n_ff / 32] Q8_0 blocks
+  cudaStream_t stream = nullptr;
+};
+void moe_decode_gate_up(const MoeDecodeGateUpArgs& a);
+
+struct MoeDecodeDownArgs {
+  DMat down;                         // one expert: [n_embd] x [n_ff]
+  uint64_t down_stride = 0;
+  int32_t n_expert = 0;
+  const int32_t* ids = nullptr;      // [n_tok][n_used]
+  const float* weights = nullptr;    // [n_tok][n_used]
+  int64_t n_tok = 0;
+  int32_t n_used = 0;
+  const uint8_t* act_q8 = nullptr;   // [n_tok * n_used][n_ff / 32] (moe_decode_gate_up)
+  const float* x = nullptr;          // [n_tok][n_embd] residual, or null (out = the sum alone)
+  float* out = nullptr;              // [n_tok][n_embd]; may equal x
+  cudaStream_t stream = nullptr;
+};
+void moe_decode_down(const MoeDecodeDownArgs& a);
+
 }  // namespace df::cuda

@@ -1,0 +1,34 @@
+// The RMSNorm scale of one row computed by a block of kThreads threads, shared by rms_norm and the fused decode
+// kernels so that they sum the squares in the same order: float squares, a double sum per thread over a stride of
+// kThreads, warp butterflies, then the warps' sums in order.
+#pragma once
+
+#include "backend/cuda/common.cuh"
+
+namespace df::cuda::dev {
+
+// Every thread of the block must call it (it synchronizes the block once); returns 1 / sqrt(mean(x^2) + eps).
+template <int kThreads>
+__device__ __forceinline__ float block_rms_scale(const float* xr, int64_t cols, float eps) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) sum += double(__fmul_rn(xr[i], xr[i]));
+  __shared__ double warp_sums[kThreads / 32];
+  sum = warp_sum(sum);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();  // also orders every read of x before later writes when the output aliases it
+  double total = 0.0;
+  for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
+  const float mean = float(total / double(cols));
+  return 1.0f / sqrtf(mean + eps);
+}
+
+// Q8_0 of one block of 32 values, one per lane (v), written to yb (34 bytes): bit for bit as quantize_q8_0.
+__device__ __forceinline__ void quantize_block_q8_0(float v, uint8_t* yb, int lane) {
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  if (lane == 0) *reinterpret_cast<uint16_t*>(yb) = f32_to_f16(d);
+  yb[2 + lane] = uint8_t(int8_t(rintf(v * id)));
+}
+
+}  // namespace df::cuda::dev
