@@ -60,8 +60,11 @@ TEST(TrainedModel, GreedyContinuationsMatchTheReference) {
   const auto& cases = ref.at("cases");
   ASSERT_GE(cases.size(), 10u);
   // A prompt passes when its continuation is identical, or parts from the reference only at a near-tie after
-  // agreeing tokens; at least 8 of the 10 must be identical throughout. (Issue 7 asks for all 10: this small model
-  // has near-ties where even PyTorch's CPU and GPU runs of the reference disagree.)
+  // agreeing tokens; at least 8 of the 10 must be identical throughout. (Issue 7 asks for all 10, but the two that
+  // part do so at margins of 0.0057 and 0.0145 where the engine and the reference differ only by float32 summation
+  // noise, amplified by Q8_0 activation codes flipping: teacher-forced, the engine is as close to the reference's
+  // float64 run as the float32 reference itself, and margins move by 0.013 (median) between such runs; CPU float32
+  // and float64 references each break a different one of the two ties. Figures in tools/train/reference.py.)
   constexpr size_t kMinAgreeBeforeTie = 8;
   constexpr double kNearTie = 0.02;
   int full_matches = 0;
@@ -121,7 +124,9 @@ TEST(TrainedModel, HeldOutPerplexityWithinOnePercent) {
   EXPECT_NEAR(ppl / want, 1.0, 0.01) << "engine perplexity " << ppl << ", reference " << want;
   // The default model is trained, not noise: far below the vocabulary size a uniform guess gives. (A model named
   // by DF_TRAINED_MODEL may be a short dry run.)
-  if (!std::getenv("DF_TRAINED_MODEL")) EXPECT_LT(ppl, 1000.0);
+  if (!std::getenv("DF_TRAINED_MODEL")) {
+    EXPECT_LT(ppl, 1000.0);
+  }
 }
 
 }  // namespace
