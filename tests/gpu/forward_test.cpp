@@ -173,7 +173,11 @@ TEST(GpuForwardSession, TruncateAndGraphReplayAgreeWithAFreshSession) {
   EXPECT_FALSE((*a)->eval(many).ok());
 }
 
-// Experts grouped by expert for batches: the same logits bit for bit as one (token, slot) per block column.
+// Experts grouped by expert for batches: the same logits as one (token, slot) per block column, up to the f32
+// summation order of the quantized experts' tensor-core tiles (tiles of 32 slots): top-1 on at least 90% of the
+// positions and the logits within 2% of the largest magnitude, the GPU-vs-CPU bound (the same kind of difference,
+// amplified where it flips a Q8_0 code of a later activation; a wrong tile is far off). Float experts take the
+// 8-slot tiles, which repeat the per-slot operations exactly.
 TEST(GpuForwardSession, GroupedExpertsGiveTheSameLogits) {
   DF_REQUIRE_GPU();
   for (const char* name : {"qwen3moe-q4_0", "qwen3moe-q8_0", "mixtral-q4_0"}) {
@@ -189,7 +193,21 @@ TEST(GpuForwardSession, GroupedExpertsGiveTheSameLogits) {
     ASSERT_TRUE((*b)->eval(prompt, true).ok());
     auto la = (*a)->logits();
     auto lb = (*b)->logits();
-    EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin(), lb.end())) << name;
+    ASSERT_EQ(la.size(), lb.size());
+    const int64_t V = m.host->spec().n_vocab;
+    int64_t agree = 0;
+    double max_diff = 0, max_mag = 0;
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      agree += host_argmax(la.data() + t * V, V) == host_argmax(lb.data() + t * V, V);
+      for (int64_t i = 0; i < V; ++i) {
+        max_diff = std::max(max_diff, std::fabs(double(la[t * V + i]) - double(lb[t * V + i])));
+        max_mag = std::max(max_mag, std::fabs(double(lb[t * V + i])));
+      }
+    }
+    std::printf("[grouped-vs-per-slot] %-14s top-1 agree %lld of %zu, max abs diff %.4g (max |logit| %.3g)\n", name,
+                (long long)agree, prompt.size(), max_diff, max_mag);
+    EXPECT_GE(double(agree), 0.9 * double(prompt.size())) << name;
+    EXPECT_LE(max_diff, 0.02 * max_mag + 1e-3) << name;
   }
 }
 

@@ -293,14 +293,22 @@ void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
   }
   if (opt_.grouped_experts && n > 1) {
     const int64_t n_slots = n * K;
+    // Quantized experts take tiles of 32 slots on the tensor cores (tiles_ is sized for 8, which needs the most).
+    const int32_t ts = std::min({moe_tile_slots(l.gate_exps.m.type), moe_tile_slots(l.up_exps.m.type),
+                                 moe_tile_slots(l.down_exps.m.type)});
     moe_plan({.ids = ids, .n_slots = n_slots, .n_expert = int32_t(s.n_expert), .order = order_.as<int32_t>(),
-              .tiles = tiles_.as<int32_t>(), .stream = stream_});
+              .tiles = tiles_.as<int32_t>(), .stream = stream_, .tile_slots = ts});
     const MoeGroupedMatmulArgs gb{.n_expert = int32_t(s.n_expert), .order = order_.as<int32_t>(),
                                   .tiles = tiles_.as<int32_t>(), .n_slots = n_slots, .n_used = K,
-                                  .gathered = gathered_.as<float>(), .scratch = scratch, .stream = stream_};
+                                  .gathered = gathered_.as<float>(), .scratch = scratch, .stream = stream_,
+                                  .tile_slots = ts};
     MoeGroupedMatmulArgs g = gb, u = gb, d = gb;
     g.w = l.gate_exps.m, g.expert_stride = l.gate_stride, g.x = xn, g.y = gate;
     u.w = l.up_exps.m, u.expert_stride = l.up_stride, u.x = xn, u.y = up;
+    if (ts > 8) {  // gate and up read the same Q8_0 rows of xn, one per token
+      quantize_q8_0({.x = xn, .y = scratch, .n_rows = n, .cols = int64_t(s.n_embd), .stream = stream_});
+      g.x_q8 = u.x_q8 = scratch;
+    }
     moe_matmul_grouped(g);
     moe_matmul_grouped(u);
     swiglu({.gate = gate, .up = up, .y = gate, .n = n_slots * int64_t(s.n_ff_expert), .stream = stream_});

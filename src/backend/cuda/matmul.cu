@@ -4,8 +4,10 @@
 //     scaled by d_w * d_a and accumulated in f32: only the float accumulation order differs from the CPU's.
 //   - F16 / BF16: activations rounded to f16 / bf16 as the CPU converts them, f32 fused multiply-adds.
 //   - F32: f32 fused multiply-adds.
-// The routed-expert variant picks a weight matrix per input vector from ids read on the device.
+// The routed-expert variant picks a weight matrix per input vector from ids read on the device. Q4_0/Q8_0 prefill
+// batches go to the tensor-core kernel of mmq.cu instead.
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/mmq.cuh"
 #include "diskformer/backend/cuda/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
@@ -213,6 +215,10 @@ void matmul(const MatmulArgs& a) {
   auto [act, stride] = quantized(a.w.type) && a.x_q8 != nullptr
                            ? std::pair<const uint8_t*, uint64_t>{a.x_q8, uint64_t(a.w.cols / 32) * dev::kQ8Bytes}
                            : prepare_act(a.w.type, a.x, a.w.cols, a.n_tok, a.scratch, a.stream);
+  if (quantized(a.w.type) && a.use_mma && a.n_tok >= kMmaMinTokens) {
+    mmq::dense(a.w, act, stride, a.n_tok, a.y, a.stream);
+    return;
+  }
   const dim3 grid{unsigned(gx), unsigned(gy)};
   const int threads = kWarps * 32;
   switch (a.w.type) {
@@ -264,11 +270,25 @@ void moe_matmul(const MoeMatmulArgs& a) {
 
 void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
   check_mat(a.w);
-  DF_CHECK(a.order != nullptr && a.tiles != nullptr && a.x != nullptr && a.gathered != nullptr && a.y != nullptr);
+  DF_CHECK(a.order != nullptr && a.tiles != nullptr && a.y != nullptr);
   DF_CHECK(a.n_slots > 0 && a.n_used > 0 && a.n_expert >= a.n_used && a.n_slots % a.n_used == 0);
   DF_CHECK(a.expert_stride >= uint64_t(a.w.rows) * a.w.row_bytes);
+  const int64_t max_tiles = moe_max_tiles(a.n_slots, a.n_expert, a.tile_slots);
+  if (a.tile_slots > kTile) {
+    // Tensor cores: the inputs quantized once in their own order (per token or per slot) and read by index.
+    DF_CHECK(quantized(a.w.type));
+    const int64_t n_in = a.x_per_slot ? a.n_slots : a.n_slots / a.n_used;
+    DF_CHECK(a.x_q8 != nullptr || a.x != nullptr);
+    auto [act, stride] = a.x_q8 != nullptr
+                             ? std::pair<const uint8_t*, uint64_t>{a.x_q8, uint64_t(a.w.cols / 32) * dev::kQ8Bytes}
+                             : prepare_act(a.w.type, a.x, a.w.cols, n_in, a.scratch, a.stream);
+    mmq::grouped({.w = a.w, .expert_stride = a.expert_stride, .n_expert = a.n_expert, .order = a.order,
+                  .tiles = a.tiles, .max_tiles = max_tiles, .tile_slots = a.tile_slots, .act = act,
+                  .act_stride = stride, .act_div = a.x_per_slot ? 1 : a.n_used, .y = a.y, .stream = a.stream});
+    return;
+  }
+  DF_CHECK(a.x != nullptr && a.gathered != nullptr);
   DF_CHECK(static_cast<const void*>(a.gathered) != static_cast<const void*>(a.x));
-  const int64_t max_tiles = moe_max_tiles(a.n_slots, a.n_expert);
   const int64_t gx = (a.w.rows + kWarps - 1) / kWarps;
   DF_CHECK(gx <= 0x7fffffff && max_tiles <= 65535);
   const int64_t n_el = a.n_slots * a.w.cols;

@@ -1,5 +1,6 @@
 // Groups the routed (token, slot) pairs of a batch by expert on the device, for moe_matmul_grouped: a counting
-// sort in one block (n_expert <= 1024), then the tiles of at most 8 slots of one expert.
+// sort in one block (n_expert <= 1024), then the tiles of at most tile_slots slots of one expert (8 for matmul.cu's
+// warp-per-row kernel, 32 for the tensor-core kernel of mmq.cu).
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -13,11 +14,11 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kMaxExperts = 1024;
-constexpr int kTileSlots = 8;  // matmul.cu's kTile
+constexpr int kMaxTileSlots = 64;  // mmq.cu's widest token tile
 
 __global__ void __launch_bounds__(kThreads)
     moe_plan_kernel(const int32_t* __restrict__ ids, int64_t n_slots, int n_expert, int32_t* __restrict__ order,
-                    int32_t* __restrict__ tiles, int64_t max_tiles) {
+                    int32_t* __restrict__ tiles, int64_t max_tiles, int tile_slots) {
   __shared__ int count[kMaxExperts];
   __shared__ int offset[kMaxExperts];
   for (int e = threadIdx.x; e < n_expert; e += kThreads) count[e] = 0;
@@ -33,11 +34,11 @@ __global__ void __launch_bounds__(kThreads)
     int64_t nt = 0;
     for (int e = 0; e < n_expert; ++e) {
       offset[e] = run;
-      for (int s = 0; s < count[e]; s += kTileSlots) {
-        if (nt >= max_tiles) __trap();  // cannot happen: max_tiles bounds the sum of ceil(count / 8)
+      for (int s = 0; s < count[e]; s += tile_slots) {
+        if (nt >= max_tiles) __trap();  // cannot happen: max_tiles bounds the sum of ceil(count / tile_slots)
         tiles[1 + 3 * nt] = e;
         tiles[2 + 3 * nt] = run + s;
-        tiles[3 + 3 * nt] = min(kTileSlots, count[e] - s);
+        tiles[3 + 3 * nt] = min(tile_slots, count[e] - s);
         ++nt;
       }
       run += count[e];
@@ -55,17 +56,22 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert) {
-  // Each expert with c slots makes ceil(c / 8) <= c / 8 + 1 tiles, and at most min(n_expert, n_slots) experts
-  // have slots.
-  return n_slots / kTileSlots + std::min<int64_t>(n_expert, n_slots);
+int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots) {
+  DF_CHECK(tile_slots >= 1 && tile_slots <= kMaxTileSlots);
+  // Each expert with c slots makes ceil(c / T) <= floor(c / T) + 1 tiles, the floors sum to at most n_slots / T, and
+  // at most min(n_expert, n_slots) experts have slots.
+  return n_slots / tile_slots + std::min<int64_t>(n_expert, n_slots);
+}
+
+int32_t moe_tile_slots(gguf::GgmlType t) {
+  return t == gguf::GgmlType::Q4_0 || t == gguf::GgmlType::Q8_0 ? 32 : 8;
 }
 
 void moe_plan(const MoePlanArgs& a) {
   DF_CHECK(a.ids != nullptr && a.order != nullptr && a.tiles != nullptr);
   DF_CHECK(a.n_slots > 0 && a.n_slots <= 0x7fffffff && a.n_expert > 0 && a.n_expert <= kMaxExperts);
   moe_plan_kernel<<<1, kThreads, 0, a.stream>>>(a.ids, a.n_slots, a.n_expert, a.order, a.tiles,
-                                                moe_max_tiles(a.n_slots, a.n_expert));
+                                                moe_max_tiles(a.n_slots, a.n_expert, a.tile_slots), a.tile_slots);
   DF_CUDA_CHECK_LAUNCH();
 }
 

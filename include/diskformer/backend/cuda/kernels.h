@@ -40,8 +40,11 @@ struct QuantizeQ8Args {
 void quantize_q8_0(const QuantizeQ8Args& a);
 
 // y[t][r] = dot(W row r, x[t]) for t < n_tok, with the activations converted as cpu::matmul does (Q8_0 for Q4_0/Q8_0
-// weights, f16 for F16, bf16 for BF16). Decode (n_tok == 1) and prefill use the same kernel: a warp per row and a
-// tile of tokens per block column, so each weight row is read once per tile.
+// weights, f16 for F16, bf16 for BF16). Decode and small batches use a warp per row and a tile of 8 tokens per block
+// column, so each weight row is read once per tile; Q4_0/Q8_0 batches of kMmaMinTokens or more run on the int8
+// tensor cores (mmq.cu: 64 rows x 32 or 64 tokens per block, the same exact block dots and f32 scaling, only the
+// f32 summation order differs).
+constexpr int64_t kMmaMinTokens = 16;
 struct MatmulArgs {
   DMat w;
   const float* x = nullptr;  // [n_tok][w.cols]
@@ -52,6 +55,7 @@ struct MatmulArgs {
   // Q4_0/Q8_0 weights: x already quantized by quantize_q8_0 ([n_tok][cols / 32] blocks), shared by several
   // products of the same input (q, k, v); scratch is then unused. Ignored for float weight types.
   const uint8_t* x_q8 = nullptr;
+  bool use_mma = true;  // false: the warp-per-row kernel at any n_tok (tests compare the two)
 };
 void matmul(const MatmulArgs& a);
 
@@ -79,15 +83,23 @@ void moe_matmul(const MoeMatmulArgs& a);
 // host) and cuts each expert's slots into tiles; moe_matmul_grouped then gathers the input rows in that order and
 // multiplies tile by tile, writing each result to its slot's row. Results equal moe_matmul's bit for bit (each
 // slot's dot products run the same operations in the same order).
-// tiles layout: tiles[0] = the number of tiles, then per tile (expert, first index into order, slot count <= 8).
-int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert);
+// With Q4_0/Q8_0 weights, tiles of more than 8 slots (moe_tile_slots) run on the int8 tensor cores instead (mmq.cu):
+// the input rows are quantized once (per token for gate/up, or taken from x_q8) and read by index, no f32 gather;
+// results then equal moe_matmul's up to the f32 summation order.
+// tiles layout: tiles[0] = the number of tiles, then per tile (expert, first index into order, slot count <=
+// tile_slots).
+int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots = 8);
+// The tile size for a weight type: 32 for Q4_0/Q8_0 (the tensor-core path), 8 otherwise. A plan serves the gate, up
+// and down products alike, so a layer takes the smallest over its three types.
+int32_t moe_tile_slots(gguf::GgmlType weight_type);
 struct MoePlanArgs {
   const int32_t* ids = nullptr;  // [n_slots] expert per slot (the router's output)
   int64_t n_slots = 0;
   int32_t n_expert = 0;          // <= 1024
   int32_t* order = nullptr;      // [n_slots] out: slots grouped by expert
-  int32_t* tiles = nullptr;      // [1 + 3 * moe_max_tiles(n_slots, n_expert)] out
+  int32_t* tiles = nullptr;      // [1 + 3 * moe_max_tiles(n_slots, n_expert, tile_slots)] out
   cudaStream_t stream = nullptr;
+  int32_t tile_slots = 8;        // 1 .. 64; at least 8 needs no more tiles than the default
 };
 void moe_plan(const MoePlanArgs& a);
 
@@ -101,10 +113,14 @@ struct MoeGroupedMatmulArgs {
   int32_t n_used = 0;
   const float* x = nullptr;      // as MoeMatmulArgs
   bool x_per_slot = false;
-  float* gathered = nullptr;     // [n_slots][w.cols] work buffer
+  float* gathered = nullptr;     // [n_slots][w.cols] work buffer (tile_slots <= 8 only)
   float* y = nullptr;            // [n_slots][w.rows]
   uint8_t* scratch = nullptr;    // >= q8_scratch_bytes(w.type, w.cols, n_slots)
   cudaStream_t stream = nullptr;
+  int32_t tile_slots = 8;        // the plan's; > 8 needs Q4_0/Q8_0 weights (the tensor-core path)
+  // Tensor-core path: x already quantized by quantize_q8_0 ([n_tok or n_slots][cols / 32] blocks, as x), shared by
+  // the gate and up products; x and scratch are then unused. Ignored with tile_slots <= 8.
+  const uint8_t* x_q8 = nullptr;
 };
 void moe_matmul_grouped(const MoeGroupedMatmulArgs& a);
 

@@ -1,0 +1,34 @@
+// Launchers of the int8 tensor-core products (mmq.cu) behind matmul() and moe_matmul_grouped() in matmul.cu.
+// Weights Q4_0 or Q8_0 as the file stores them; activations already quantized to Q8_0 rows of act_stride bytes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "diskformer/backend/cuda/kernels.h"
+
+namespace df::cuda::mmq {
+
+// y[t][r] = dot(W row r, act row t) for t < n_tok.
+void dense(const DMat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok, float* y, cudaStream_t stream);
+
+// moe_plan's tiles (each <= tile_slots slots of one expert, tile_slots <= 64): block column i of tile (e, first,
+// cnt) multiplies expert e with act row order[first + i] / act_div and writes y row order[first + i].
+struct GroupedArgs {
+  DMat w;  // one expert
+  uint64_t expert_stride = 0;
+  int32_t n_expert = 0;
+  const int32_t* order = nullptr;
+  const int32_t* tiles = nullptr;
+  int64_t max_tiles = 0;  // moe_max_tiles(n_slots, n_expert, tile_slots): the grid's tile dimension
+  int32_t tile_slots = 0;
+  const uint8_t* act = nullptr;
+  uint64_t act_stride = 0;
+  int32_t act_div = 1;
+  float* y = nullptr;
+  cudaStream_t stream = nullptr;
+};
+void grouped(const GroupedArgs& a);
+
+}  // namespace df::cuda::mmq
