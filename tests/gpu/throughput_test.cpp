@@ -167,11 +167,12 @@ TEST(CudaThroughput, DecodeAttention) {
     for (size_t i = 0; i < kf.size(); ++i) k16[i] = cpu::f32_to_f16(kf[i]), v16[i] = cpu::f32_to_f16(vf[i]);
     auto dq = cuda::to_device(q), dk = cuda::to_device(k16), dv = cuda::to_device(v16);
     auto dpos = cuda::to_device(std::vector<int32_t>{int32_t(n_pos - 1)});
-    cuda::DeviceBuffer dout(n_head * hd * 4);
+    cuda::DeviceBuffer dout(n_head * hd * 4), work(cuda::attention_work_bytes(1, n_head, hd, n_pos));
     const float scale = 1.0f / std::sqrt(float(hd));
     const cuda::AttentionArgs args{.q = dq.as<float>(), .k = dk.as<uint16_t>(), .v = dv.as<uint16_t>(),
                                    .out = dout.as<float>(), .pos = dpos.as<int32_t>(), .n_head = n_head,
-                                   .n_head_kv = n_kv, .head_dim_k = hd, .head_dim_v = hd, .n_tok = 1, .scale = scale};
+                                   .n_head_kv = n_kv, .head_dim_k = hd, .head_dim_v = hd, .n_tok = 1, .scale = scale,
+                                   .n_ctx = n_pos, .work = work.as<float>()};
     const double ms = time_ms(20, [&] { cuda::attention(args); });
     std::vector<float> want(n_head * hd), got(n_head * hd);
     auto ctx = scalar_context();

@@ -1,9 +1,23 @@
-// Causal attention over an f16 KV cache with GQA, following cpu::attention (ggml's CPU flash attention): q rounded
-// to f16, f32 scores, an online softmax whose value accumulator is rounded to f16 after every update.
-// A block per (token, head). The keys go in chunks: the block's warps score a chunk in parallel into shared memory
-// and stage its value rows there, then each thread walks the chunk in position order for its value dimensions, so
-// the f16 accumulator sees the same sequence of updates as on the CPU; only the score's dot product sums in a
-// different order.
+// Causal attention over an f16 KV cache with GQA: cpu::attention's operation (q rounded to f16, f32 scores, softmax
+// over positions 0 .. pos[t]), but with the online softmax and the value sums in f32 where the CPU code (like ggml's)
+// rounds its value accumulator to f16 after every position. tests/gpu/attention_test.cpp states the tolerances
+// against the CPU reference and against an exact evaluation in double.
+//
+// Two kernels:
+// - split (flash decoding, CUDA cores): a block per (token, KV head, part of the positions) serves up to 16 query
+//   heads of the KV head's group from one read of the keys and values, in tiles of 32 positions (a lane per
+//   position while scoring). Decode and small batches cut the positions into parts so that every SM has blocks;
+//   each part leaves (max, sum, unnormalized output) in the workspace and merge_kernel combines them. The part
+//   count is fixed at launch from n_ctx (a captured decode graph replays with new positions); each block finds its
+//   own range from pos[t] on the device, and parts past the sequence exit at once. With one part the block writes
+//   the output itself (batches too large for the workspace at head dims the tensor-core kernel does not take).
+// - mma (prefill, flash-attention 2 style): a block per 64 rows (token, query head of one GQA group), so the keys and
+//   values staged in shared memory serve every head of the group; Q·Kᵀ and P·V on tensor cores (mma.sync m16n8k16,
+//   f16 inputs, f32 accumulation) with the probabilities rounded to f16 for P·V. Tiles past the block's last position
+//   are never visited; only the tiles that reach past its first row's position are masked element by element.
+#include <algorithm>
+#include <climits>
+
 #include "backend/cuda/common.cuh"
 #include "diskformer/backend/cuda/check.h"
 #include "diskformer/backend/cuda/kernels.h"
@@ -13,89 +27,455 @@ namespace df::cuda {
 
 namespace {
 
-constexpr int kThreads = 128;
 constexpr int kMaxHead = 256;
-constexpr int kChunk = 64;  // positions scored (and their values staged in shared memory) per round
-constexpr int kDimsPerThread = kMaxHead / kThreads;
+constexpr int kThreads = 128;       // both kernels: 4 warps
+constexpr int kTile = 32;           // split: positions per round, one per lane
+constexpr int kHeadsPerBlock = 16;  // split: query heads a block serves (larger groups take several blocks)
+constexpr int kMinPart = 16;        // split: positions per part at least, so short contexts use few parts
+constexpr int kMaxSlots = 128;      // split: n_tok * parts per head at most (bounds the workspace)
+constexpr int kSplitMaxTok = 16;    // batches up to this size take the split kernel even where mma applies
+constexpr int kRows = 64;           // mma: (token, head) rows per block, 16 per warp
 
-__global__ void __launch_bounds__(kThreads)
-    attention_kernel(const float* __restrict__ q, const uint16_t* __restrict__ kc, const uint16_t* __restrict__ vc,
-                     float* __restrict__ out, const int32_t* __restrict__ pos, int n_head, int n_head_kv, int hk,
-                     int hv, float scale) {
-  const int h = blockIdx.x, t = blockIdx.y;
-  const int g = h / (n_head / n_head_kv);
-  const int64_t kv_k = int64_t(n_head_kv) * hk, kv_v = int64_t(n_head_kv) * hv;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __shared__ float q16[kMaxHead];
-  __shared__ float scores[kChunk];
-  // The chunk's value rows of this KV head, so the position-ordered walk reads shared memory, not global.
-  __shared__ uint16_t v_sh[kChunk * kMaxHead];
-  const float* qh = q + (int64_t(t) * n_head + h) * hk;
-  for (int i = threadIdx.x; i < hk; i += kThreads) q16[i] = dev::round_f16(qh[i]);
-  const int64_t last = pos[t];  // causal: keys 0 .. last
+// Parts a sequence of len positions is cut into: a part holds at least kMinPart positions (except when len is
+// shorter), at most n_split parts. The split kernel and the merge agree through this function.
+__device__ __forceinline__ int parts_of(int64_t len, int n_split) {
+  return int(min(int64_t(n_split), (len + kMinPart - 1) / kMinPart));
+}
 
-  float acc[kDimsPerThread];  // f16 values held as floats
+__device__ __forceinline__ float2 h2_to_f2(uint32_t u) {
+  return make_float2(dev::f16_to_f32(uint16_t(u & 0xffffu)), dev::f16_to_f32(uint16_t(u >> 16)));
+}
+
+__device__ __forceinline__ float dot8(uint4 a, uint4 b, float s) {
+  const float2 a0 = h2_to_f2(a.x), a1 = h2_to_f2(a.y), a2 = h2_to_f2(a.z), a3 = h2_to_f2(a.w);
+  const float2 b0 = h2_to_f2(b.x), b1 = h2_to_f2(b.y), b2 = h2_to_f2(b.z), b3 = h2_to_f2(b.w);
+  s = fmaf(a0.x, b0.x, s), s = fmaf(a0.y, b0.y, s), s = fmaf(a1.x, b1.x, s), s = fmaf(a1.y, b1.y, s);
+  s = fmaf(a2.x, b2.x, s), s = fmaf(a2.y, b2.y, s), s = fmaf(a3.x, b3.x, s), s = fmaf(a3.y, b3.y, s);
+  return s;
+}
+
+struct SplitParams {
+  const float* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  float* out;
+  float* work;  // [n_tok * n_head * n_split][hv + 2]: unnormalized output, then max and sum; unused when n_split 1
+  const int32_t* pos;
+  int n_head, n_head_kv, hk, hv;
+  int n_split, n_hsub;  // parts per sequence (launch-time maximum); blocks per group (ceil(group / 16))
+  float scale;
+};
+
+// grid (n_split, n_head_kv * n_hsub, n_tok). Thread tid owns value dims tid and tid + 128 of every head it serves;
+// while scoring, warp w owns heads w, w + 4, w + 8, w + 12 and lane j position j of the tile.
+__global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
+  const int c = blockIdx.x;
+  const int g = blockIdx.y / p.n_hsub, hs = blockIdx.y % p.n_hsub;
+  const int64_t t = blockIdx.z;
+  const int group = p.n_head / p.n_head_kv;
+  const int h0 = g * group + hs * kHeadsPerBlock;
+  const int nh = min(kHeadsPerBlock, group - hs * kHeadsPerBlock);
+  const int32_t last = p.pos[t];
+  if (last < 0) __trap();  // a position the caller never set
+  const int64_t len = int64_t(last) + 1;
+  const int parts = parts_of(len, p.n_split);
+  if (c >= parts) return;  // block-uniform, before any barrier
+  // Balanced cut: every part non-empty because parts <= len.
+  const int64_t j_begin = len * c / parts, j_end = len * (c + 1) / parts;
+
+  const int hk = p.hk, hv = p.hv, ks = hk + 8, vs = hv + 8;  // row strides padded by 16 bytes: no bank conflicts
+  __shared__ __align__(16) uint16_t q_sh[kHeadsPerBlock * kMaxHead];
+  __shared__ __align__(16) uint16_t k_sh[kTile * (kMaxHead + 8)];
+  __shared__ __align__(16) uint16_t v_sh[kTile * (kMaxHead + 8)];
+  __shared__ __align__(16) float p_sh[kHeadsPerBlock][kTile];
+  __shared__ float alpha_sh[kHeadsPerBlock], m_sh[kHeadsPerBlock], l_sh[kHeadsPerBlock];
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const float* qrow = p.q + (t * p.n_head + h0) * hk;  // the block's heads are consecutive rows of q
+  for (int i = tid; i < nh * hk; i += kThreads) q_sh[i] = dev::f32_to_f16(qrow[i]);
+
+  constexpr int kWarpHeads = kHeadsPerBlock / 4;
+  float m_r[kWarpHeads], l_r[kWarpHeads];
 #pragma unroll
-  for (int d = 0; d < kDimsPerThread; ++d) acc[d] = 0.0f;
-  float m = -INFINITY, s_sum = 0.0f;
+  for (int r = 0; r < kWarpHeads; ++r) m_r[r] = -INFINITY, l_r[r] = 0.0f;
+  float acc[kHeadsPerBlock][2];
+#pragma unroll
+  for (int hh = 0; hh < kHeadsPerBlock; ++hh) acc[hh][0] = acc[hh][1] = 0.0f;
 
-  for (int64_t c0 = 0; c0 <= last; c0 += kChunk) {
-    const int n_c = int(min(int64_t(kChunk), last + 1 - c0));
-    __syncthreads();  // q16 written; the previous chunk's scores consumed
-    for (int j = warp; j < n_c; j += kThreads / 32) {
-      const uint16_t* kr = kc + (c0 + j) * kv_k + int64_t(g) * hk;
-      float s = 0.0f;
-      for (int i = lane; i < hk; i += 32) s = fmaf(dev::f16_to_f32(kr[i]), q16[i], s);
-      s = dev::warp_sum(s);
-      if (lane == 0) scores[j] = __fmul_rn(s, scale);
+  const int64_t kv_k = int64_t(p.n_head_kv) * hk, kv_v = int64_t(p.n_head_kv) * hv;
+  const uint16_t* kb = p.k + int64_t(g) * hk;
+  const uint16_t* vb = p.v + int64_t(g) * hv;
+  const int k8 = hk / 8, v8 = hv / 8;
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kTile) {
+    const int n_c = int(min(int64_t(kTile), j_end - j0));
+    __syncthreads();  // q_sh written; the previous tile's k_sh, v_sh, p_sh, alpha_sh consumed
+    // Rows n_c .. kTile stay stale: their scores are masked below and the value loop stops at n_c.
+    for (int i = tid; i < n_c * k8; i += kThreads) {
+      const int j = i / k8, c8 = i % k8;
+      *reinterpret_cast<uint4*>(k_sh + j * ks + c8 * 8) =
+          __ldg(reinterpret_cast<const uint4*>(kb + (j0 + j) * kv_k) + c8);
     }
-    for (int idx = threadIdx.x; idx < n_c * hv; idx += kThreads) {
-      const int j = idx / hv, i = idx % hv;
-      v_sh[j * hv + i] = vc[(c0 + j) * kv_v + int64_t(g) * hv + i];
+    for (int i = tid; i < n_c * v8; i += kThreads) {
+      const int j = i / v8, c8 = i % v8;
+      *reinterpret_cast<uint4*>(v_sh + j * vs + c8 * 8) =
+          __ldg(reinterpret_cast<const uint4*>(vb + (j0 + j) * kv_v) + c8);
     }
     __syncthreads();
+
+    float s[kWarpHeads];
+#pragma unroll
+    for (int r = 0; r < kWarpHeads; ++r) s[r] = 0.0f;
+    const uint16_t* kr = k_sh + lane * ks;
+    for (int d = 0; d < hk; d += 8) {
+      const uint4 kv = *reinterpret_cast<const uint4*>(kr + d);
+#pragma unroll
+      for (int r = 0; r < kWarpHeads; ++r) {
+        const int hh = warp + 4 * r;
+        if (hh < nh) s[r] = dot8(kv, *reinterpret_cast<const uint4*>(q_sh + hh * hk + d), s[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kWarpHeads; ++r) {
+      const int hh = warp + 4 * r;
+      if (hh >= nh) continue;  // warp-uniform: the shuffles below see all 32 lanes
+      const float sc = lane < n_c ? __fmul_rn(s[r], p.scale) : -INFINITY;
+      const float m_new = fmaxf(m_r[r], dev::warp_max(sc));  // finite: lane 0 always holds a position
+      const float alpha = expf(m_r[r] - m_new);              // 0 on the first tile (m_r = -inf)
+      const float pr = expf(sc - m_new);                      // 0 on masked lanes
+      l_r[r] = l_r[r] * alpha + dev::warp_sum(pr);
+      m_r[r] = m_new;
+      p_sh[hh][lane] = pr;
+      if (lane == 0) alpha_sh[hh] = alpha;
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int hh = 0; hh < kHeadsPerBlock; ++hh)
+      if (hh < nh) acc[hh][0] *= alpha_sh[hh], acc[hh][1] *= alpha_sh[hh];
     for (int j = 0; j < n_c; ++j) {
-      const float s = scores[j];
-      float ms = 1.0f, vs = 1.0f;
-      if (s > m) {
-        const float m_old = m;
-        m = s;
-        ms = expf(m_old - m);
+      const uint16_t* vr = v_sh + j * vs;
+      const float v0 = tid < hv ? dev::f16_to_f32(vr[tid]) : 0.0f;
+      const float v1 = tid + kThreads < hv ? dev::f16_to_f32(vr[tid + kThreads]) : 0.0f;
 #pragma unroll
-        for (int d = 0; d < kDimsPerThread; ++d) acc[d] = dev::round_f16(__fmul_rn(acc[d], ms));
-      } else {
-        vs = expf(s - m);
-      }
-      const uint16_t* vr = v_sh + j * hv;
-#pragma unroll
-      for (int d = 0; d < kDimsPerThread; ++d) {
-        const int i = threadIdx.x + d * kThreads;
-        if (i < hv) acc[d] = dev::round_f16(fmaf(dev::f16_to_f32(vr[i]), vs, acc[d]));
-      }
-      s_sum = __fadd_rn(__fmul_rn(s_sum, ms), vs);
+      for (int hh = 0; hh < kHeadsPerBlock; ++hh)
+        if (hh < nh) {
+          const float pj = p_sh[hh][j];
+          acc[hh][0] = fmaf(pj, v0, acc[hh][0]);
+          acc[hh][1] = fmaf(pj, v1, acc[hh][1]);
+        }
     }
   }
-  const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
-  float* o = out + (int64_t(t) * n_head + h) * hv;
+
 #pragma unroll
-  for (int d = 0; d < kDimsPerThread; ++d) {
-    const int i = threadIdx.x + d * kThreads;
-    if (i < hv) o[i] = __fmul_rn(acc[d], inv);
+  for (int r = 0; r < kWarpHeads; ++r) {
+    const int hh = warp + 4 * r;
+    if (hh < nh && lane == 0) m_sh[hh] = m_r[r], l_sh[hh] = l_r[r];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int hh = 0; hh < kHeadsPerBlock; ++hh) {
+    if (hh >= nh) continue;
+    const int64_t row = t * p.n_head + h0 + hh;
+    if (p.n_split == 1) {
+      const float inv = l_sh[hh] > 0.0f ? 1.0f / l_sh[hh] : 0.0f;
+      float* o = p.out + row * hv;
+      if (tid < hv) o[tid] = acc[hh][0] * inv;
+      if (tid + kThreads < hv) o[tid + kThreads] = acc[hh][1] * inv;
+    } else {
+      float* w = p.work + (row * p.n_split + c) * (hv + 2);
+      if (tid < hv) w[tid] = acc[hh][0];
+      if (tid + kThreads < hv) w[tid + kThreads] = acc[hh][1];
+      if (tid == 0) w[hv] = m_sh[hh], w[hv + 1] = l_sh[hh];
+    }
+  }
+}
+
+// grid (n_head, n_tok): out = sum over parts of acc_c * e^(m_c - M) / sum of l_c * e^(m_c - M), M the largest m_c.
+__global__ void __launch_bounds__(kThreads) merge_kernel(const float* __restrict__ work, float* __restrict__ out,
+                                                         const int32_t* __restrict__ pos, int n_head, int hv,
+                                                         int n_split) {
+  const int h = blockIdx.x;
+  const int64_t t = blockIdx.y, row = t * n_head + h;
+  const int parts = parts_of(int64_t(pos[t]) + 1, n_split);  // >= 1: the split kernel trapped on pos < 0
+  const float* w = work + row * n_split * (hv + 2);
+  __shared__ float wt[kMaxSlots];
+  float m = -INFINITY;
+  for (int c = 0; c < parts; ++c) m = fmaxf(m, w[c * (hv + 2) + hv]);
+  if (threadIdx.x < parts) wt[threadIdx.x] = expf(w[threadIdx.x * (hv + 2) + hv] - m);
+  __syncthreads();
+  float l = 0.0f;
+  for (int c = 0; c < parts; ++c) l = fmaf(w[c * (hv + 2) + hv + 1], wt[c], l);
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int d = threadIdx.x; d < hv; d += kThreads) {
+    float o = 0.0f;
+    for (int c = 0; c < parts; ++c) o = fmaf(w[c * (hv + 2) + d], wt[c], o);
+    out[row * hv + d] = o * inv;
+  }
+}
+
+// ---- tensor cores ----
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  return uint32_t(dev::f32_to_f16(lo)) | (uint32_t(dev::f32_to_f16(hi)) << 16);
+}
+
+// c += a (16x16, row-major fragment) * b (16x8, column fragment): the register layouts of PTX's mma.m16n8k16 with
+// gid = lane / 4, tig = lane % 4: a[0] row gid cols 2tig..+1, a[1] row gid+8, a[2] row gid cols 8+2tig..+1,
+// a[3] row gid+8 cols 8+2tig..+1; b[0] rows (k) 2tig..+1 col (n) gid, b[1] rows 8+2tig..+1; c[0..1] row gid cols
+// 2tig..+1, c[2..3] row gid+8.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four transposed 8x8 f16 matrices from shared memory; lanes 8i .. 8i+7 give the 16-byte row addresses of matrix i.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* p) {
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+struct MmaParams {
+  const float* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  float* out;
+  const int32_t* pos;
+  int64_t n_tok;
+  int n_head, n_head_kv;
+  float scale_log2;  // scale * log2(e): the softmax runs in base 2
+};
+
+// grid (ceil(n_tok * group / 64), n_head_kv). Row r of block b is R = 64 b + r over the (token, head in group)
+// pairs of KV head g: token R / group, query head g * group + R % group. Warp w owns rows 16w .. 16w + 15.
+template <int HK, int HV, int BC>
+__global__ void __launch_bounds__(kThreads) mma_kernel(const MmaParams p) {
+  static_assert(HK % 16 == 0 && HV % 16 == 0 && BC % 16 == 0, "mma tiles are 16 wide");
+  constexpr int KS = HK + 8, VS = HV + 8;  // padded rows: fragment loads and ldmatrix without bank conflicts
+  __shared__ __align__(16) uint16_t k_sh[BC * KS];
+  __shared__ __align__(16) uint16_t v_sh[BC * VS];
+  __shared__ int row_pos[kRows];
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, gid = lane / 4, tig = lane % 4;
+  const int group = p.n_head / p.n_head_kv, g = blockIdx.y;
+  const int64_t rows_total = p.n_tok * group, r0 = int64_t(blockIdx.x) * kRows;
+  if (tid < kRows) {
+    const int64_t R = r0 + tid;
+    row_pos[tid] = R < rows_total ? p.pos[R / group] : -1;  // -1: a padding row, never stored
+  }
+  __syncthreads();
+  int max_pos = -1, min_pos = INT_MAX;
+  for (int r = 0; r < kRows; ++r) {
+    const int pr = row_pos[r];
+    if (pr >= 0) max_pos = max(max_pos, pr), min_pos = min(min_pos, pr);
+  }
+  int my_pos[2];
+  const float* qrow[2];
+  float* orow[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + gid + 8 * i;
+    const int64_t R = r0 + r;
+    my_pos[i] = row_pos[r];
+    const int64_t qi = R < rows_total ? ((R / group) * p.n_head + int64_t(g) * group + R % group) : -1;
+    qrow[i] = qi >= 0 ? p.q + qi * HK : nullptr;
+    orow[i] = qi >= 0 ? p.out + qi * HV : nullptr;
+  }
+  // Q as A fragments for every 16-wide slice of the head, rounded to f16 as the CPU rounds q.
+  uint32_t qa[HK / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HK / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float* qr = qrow[i & 1];
+      const float2 x = qr ? *reinterpret_cast<const float2*>(qr + kk * 16 + (i >> 1) * 8 + 2 * tig)
+                          : make_float2(0.0f, 0.0f);
+      qa[kk][i] = pack_f16(x.x, x.y);
+    }
+
+  float o[HV / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < HV / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+  float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows gid and gid + 8: max (base 2), this lane's sum
+
+  const int64_t kv_k = int64_t(p.n_head_kv) * HK, kv_v = int64_t(p.n_head_kv) * HV;
+  const uint16_t* kb = p.k + int64_t(g) * HK;
+  const uint16_t* vb = p.v + int64_t(g) * HV;
+  const int kv_end = max_pos + 1;  // no row of the block sees a later position
+  for (int j0 = 0; j0 < kv_end; j0 += BC) {
+    const int n_c = min(BC, kv_end - j0);
+    __syncthreads();  // the previous tile's k_sh and v_sh consumed
+    // Rows past n_c are zeroed: their scores are masked, but P·V multiplies them by 0 and stale NaNs would survive.
+    for (int i = tid; i < BC * (HK / 8); i += kThreads) {
+      const int j = i / (HK / 8), c8 = i % (HK / 8);
+      const uint4 x = j < n_c ? __ldg(reinterpret_cast<const uint4*>(kb + (j0 + j) * kv_k) + c8) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(k_sh + j * KS + c8 * 8) = x;
+    }
+    for (int i = tid; i < BC * (HV / 8); i += kThreads) {
+      const int j = i / (HV / 8), c8 = i % (HV / 8);
+      const uint4 x = j < n_c ? __ldg(reinterpret_cast<const uint4*>(vb + (j0 + j) * kv_v) + c8) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(v_sh + j * VS + c8 * 8) = x;
+    }
+    __syncthreads();
+
+    // S = Q Kᵀ for the warp's 16 rows and the tile's BC keys: B[k][n] = K[key n][dim k].
+    float s[BC / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      const uint16_t* kr = k_sh + (nt * 8 + gid) * KS + 2 * tig;
+#pragma unroll
+      for (int kk = 0; kk < HK / 16; ++kk) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(kr + kk * 16);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(kr + kk * 16 + 8);
+        mma_16816(s[nt], qa[kk], b0, b1);
+      }
+    }
+    // Scale to base 2, mask keys past each row's position (only where the tile reaches past the block's first row),
+    // and the rows' maxima over the quad of lanes that shares them.
+    const bool need_mask = j0 + BC - 1 > min_pos;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = j0 + nt * 8 + 2 * tig + (i & 1);
+        float x = s[nt][i] * p.scale_log2;
+        if (need_mask && j > my_pos[i >> 1]) x = -INFINITY;
+        s[nt][i] = x;
+        mx[i >> 1] = fmaxf(mx[i >> 1], x);
+      }
+    float mu[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float m_new = fmaxf(m2[i], mx[i]);
+      // A row with no visible key yet (a padding row) keeps -inf: subtract 0 instead, so every term is e^-inf = 0
+      // rather than e^(-inf + inf) = NaN.
+      mu[i] = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m2[i] - mu[i]);
+      m2[i] = m_new;
+      l[i] *= alpha;
+#pragma unroll
+      for (int nt = 0; nt < HV / 8; ++nt) o[nt][2 * i] *= alpha, o[nt][2 * i + 1] *= alpha;
+    }
+    // P rounded to f16 as the A fragments of P·V (the C layout of two adjacent 8-key tiles is the A layout of one
+    // 16-key slice); the sums add the rounded values, so the weights P·V uses are normalized exactly.
+    uint32_t pa[BC / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float* sv = s[2 * kk + (i >> 1)] + 2 * (i & 1);
+        const uint16_t e0 = dev::f32_to_f16(exp2f(sv[0] - mu[i & 1]));
+        const uint16_t e1 = dev::f32_to_f16(exp2f(sv[1] - mu[i & 1]));
+        l[i & 1] += dev::f16_to_f32(e0) + dev::f16_to_f32(e1);
+        pa[kk][i] = uint32_t(e0) | (uint32_t(e1) << 16);
+      }
+    // O += P V: B[k][n] = V[key k][dim n], loaded transposed from the row-major tile.
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+#pragma unroll
+      for (int nd = 0; nd < HV / 16; ++nd) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_sh + (kk * 16 + (lane & 15)) * VS + nd * 16 + (lane >> 4) * 8);
+        mma_16816(o[2 * nd], pa[kk], b[0], b[1]);
+        mma_16816(o[2 * nd + 1], pa[kk], b[2], b[3]);
+      }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    if (orow[i] == nullptr) continue;
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < HV / 8; ++nt)
+      *reinterpret_cast<float2*>(orow[i] + nt * 8 + 2 * tig) = make_float2(o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
+  }
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  DF_CUDA_CHECK(cudaGetDevice(&dev));
+  DF_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+// Parts per sequence the workspace allows for a batch of n_tok over a cache of n_ctx positions.
+int split_cap(int64_t n_tok, int64_t n_ctx) {
+  if (n_tok > kMaxSlots) return 1;
+  return int(std::min<int64_t>(kMaxSlots / n_tok, (n_ctx + kMinPart - 1) / kMinPart));
+}
+
+template <int HK, int HV, int BC>
+void launch_mma(const AttentionArgs& a) {
+  const int group = a.n_head / a.n_head_kv;
+  const int64_t blocks = (a.n_tok * group + kRows - 1) / kRows;
+  DF_CHECK(blocks <= 0x7fffffff && a.n_head_kv <= 65535);
+  const MmaParams p{a.q, a.k, a.v, a.out, a.pos, a.n_tok, a.n_head, a.n_head_kv, a.scale * 1.4426950408889634f};
+  mma_kernel<HK, HV, BC><<<dim3(unsigned(blocks), unsigned(a.n_head_kv)), kThreads, 0, a.stream>>>(p);
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+// The head dims the tensor-core kernel is built for (others take the split kernel at any batch size).
+bool launch_mma_if_built(const AttentionArgs& a) {
+  if (a.head_dim_k != a.head_dim_v) return false;
+  switch (a.head_dim_k) {
+    case 64: launch_mma<64, 64, 64>(a); return true;
+    case 128: launch_mma<128, 128, 64>(a); return true;
+    case 256: launch_mma<256, 256, 32>(a); return true;  // 32 keys per tile keeps the registers within bounds
+    default: return false;
   }
 }
 
 }  // namespace
 
+uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx) {
+  if (n_tok <= 0 || n_ctx <= 0) return 0;
+  // A batch of n <= n_tok tokens uses n * split_cap(n, n_ctx) <= this many parts per head.
+  const int64_t slots = std::min<int64_t>(kMaxSlots, std::min<int64_t>(n_tok, kMaxSlots) * ((n_ctx + kMinPart - 1) / kMinPart));
+  return uint64_t(n_head) * uint64_t(slots) * uint64_t(head_dim_v + 2) * 4;
+}
+
 void attention(const AttentionArgs& a) {
   DF_CHECK(a.q != nullptr && a.k != nullptr && a.v != nullptr && a.out != nullptr && a.pos != nullptr);
   DF_CHECK(a.n_head > 0 && a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0);
   DF_CHECK(a.head_dim_k > 0 && a.head_dim_k <= kMaxHead && a.head_dim_v > 0 && a.head_dim_v <= kMaxHead);
-  DF_CHECK(a.n_tok >= 0 && a.n_tok <= 65535 && a.n_head <= 0x7fffffff);
+  // 16-byte row loads: head dims a multiple of 8 halves, the caches 16-byte aligned.
+  DF_CHECK(a.head_dim_k % 8 == 0 && a.head_dim_v % 8 == 0);
+  DF_CHECK(reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0);
+  DF_CHECK(a.n_tok >= 0 && a.n_tok <= 65535);
+  DF_CHECK(a.work == nullptr || a.n_ctx > 0);
   if (a.n_tok == 0) return;
-  const dim3 grid{unsigned(a.n_head), unsigned(a.n_tok)};
-  attention_kernel<<<grid, kThreads, 0, a.stream>>>(a.q, a.k, a.v, a.out, a.pos, a.n_head, a.n_head_kv, a.head_dim_k,
-                                                    a.head_dim_v, a.scale);
+  if (a.n_tok > kSplitMaxTok && launch_mma_if_built(a)) return;
+
+  const int group = a.n_head / a.n_head_kv;
+  const int n_hsub = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  int n_split = 1;
+  if (a.work != nullptr) {
+    // About two blocks per SM when every part has positions; fixed by n_ctx, not by the positions in use.
+    const int64_t per_part = a.n_tok * a.n_head_kv * n_hsub;
+    const int64_t want = (2 * int64_t(sm_count()) + per_part - 1) / per_part;
+    n_split = int(std::clamp<int64_t>(want, 1, split_cap(a.n_tok, a.n_ctx)));
+  }
+  DF_CHECK(int64_t(a.n_head_kv) * n_hsub <= 65535);
+  const SplitParams p{a.q,          a.k,         a.v,          a.out,   a.work, a.pos,  a.n_head,
+                      a.n_head_kv, a.head_dim_k, a.head_dim_v, n_split, n_hsub, a.scale};
+  split_kernel<<<dim3(unsigned(n_split), unsigned(a.n_head_kv * n_hsub), unsigned(a.n_tok)), kThreads, 0,
+                 a.stream>>>(p);
   DF_CUDA_CHECK_LAUNCH();
+  if (n_split > 1) {
+    merge_kernel<<<dim3(unsigned(a.n_head), unsigned(a.n_tok)), kThreads, 0, a.stream>>>(a.work, a.out, a.pos,
+                                                                                          a.n_head, a.head_dim_v,
+                                                                                          n_split);
+    DF_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace df::cuda

@@ -41,6 +41,8 @@ Status GpuSession::allocate() {
   DF_ASSIGN(k_, DeviceBuffer::alloc(f32(B * s.kv_dim_k()), "activations"));
   DF_ASSIGN(v_, DeviceBuffer::alloc(f32(B * s.kv_dim_v()), "activations"));
   DF_ASSIGN(attn_, DeviceBuffer::alloc(f32(B * s.n_head * s.head_dim_v), "activations"));
+  DF_ASSIGN(attn_work_, DeviceBuffer::alloc(attention_work_bytes(B, int(s.n_head), int(s.head_dim_v), C),
+                                            "attention partial results"));
   DF_ASSIGN(gate_, DeviceBuffer::alloc(f32(B * ff), "activations"));
   DF_ASSIGN(up_, DeviceBuffer::alloc(f32(B * ff), "activations"));
   if (s.moe()) {
@@ -146,7 +148,7 @@ uint64_t GpuSession::device_bytes() const {
   uint64_t total = 0;
   for (const DeviceBuffer* b : {&k_cache_, &v_cache_, &rope_table_, &tok_, &pos_, &x_, &xn_, &q_, &k_, &v_, &attn_,
                                 &proj_, &gate_, &up_, &router_, &ids_, &wts_, &expert_out_, &order_, &tiles_,
-                                &gathered_, &scratch_, &logits_dev_, &next_})
+                                &gathered_, &scratch_, &attn_work_, &logits_dev_, &next_})
     total += b->size();
   return total;
 }
@@ -253,7 +255,8 @@ void GpuSession::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
                       .style = s.rope_style, .k_cache = kc, .v_cache = vc, .n_ctx = opt_.n_ctx, .stream = stream_});
   attention({.q = q, .k = kc, .v = vc, .out = attn_.as<float>(), .pos = pos, .n_head = int(s.n_head),
              .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv, .n_tok = n,
-             .scale = 1.0f / std::sqrt(float(hk)), .stream = stream_});
+             .scale = 1.0f / std::sqrt(float(hk)), .stream = stream_, .n_ctx = opt_.n_ctx,
+             .work = attn_work_.as<float>()});
   add_product(l.wo.m, attn_.as<float>(), n);
 }
 

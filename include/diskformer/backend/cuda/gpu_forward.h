@@ -131,6 +131,7 @@ class GpuSession {
   DeviceBuffer router_, ids_, wts_, expert_out_;
   DeviceBuffer order_, tiles_, gathered_;  // grouped experts: moe_plan's output, inputs in plan order
   DeviceBuffer scratch_;            // Q8_0 activations of the current product
+  DeviceBuffer attn_work_;          // attention_work_bytes: the split attention's partial results
   DeviceBuffer logits_dev_;         // [rows][n_vocab]
   DeviceBuffer next_;               // [1] int32: argmax result
   uint64_t logits_rows_cap_ = 0;

@@ -165,20 +165,28 @@ struct StoreKvArgs {
 };
 void store_kv(const StoreKvArgs& a);
 
-// Causal attention with GQA over one layer's f16 cache (cpu::attention): token t sees positions 0 .. pos[t]. q is
-// rounded to f16, scores are f32, the online softmax keeps its value accumulator in f16 as ggml's CPU code does.
-// One kernel serves decode (n_tok == 1) and a prefill batch.
+// Causal attention with GQA over one layer's f16 cache (cpu::attention's operation): token t sees positions
+// 0 .. pos[t]; q is rounded to f16, scores are f32. Unlike the CPU code, which rounds its value accumulator to f16 after
+// every position as ggml does, the softmax and the value sums run in f32 (tensor cores for batches: f16
+// probabilities, f32 sums); tests/gpu/attention_test.cpp states the tolerances. Decode and small batches split the
+// positions over the SMs when `work` is given (flash decoding) and merge the parts in a second kernel; larger
+// batches take a tiled tensor-core kernel (head dims 64, 128, 256). The launch depends on n_ctx, never on the
+// positions in use, so a captured decode step replays correctly at any position.
 struct AttentionArgs {
   const float* q = nullptr;        // [n_tok][n_head * head_dim_k]
-  const uint16_t* k = nullptr;     // [n_ctx][n_head_kv * head_dim_k] f16
-  const uint16_t* v = nullptr;     // [n_ctx][n_head_kv * head_dim_v] f16
+  const uint16_t* k = nullptr;     // [n_ctx][n_head_kv * head_dim_k] f16, 16-byte aligned
+  const uint16_t* v = nullptr;     // [n_ctx][n_head_kv * head_dim_v] f16, 16-byte aligned
   float* out = nullptr;            // [n_tok][n_head * head_dim_v]
-  const int32_t* pos = nullptr;    // [n_tok]
-  int n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;  // head dims <= 256
+  const int32_t* pos = nullptr;    // [n_tok], each in [0, n_ctx)
+  int n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;  // head dims <= 256, multiples of 8
   int64_t n_tok = 0;
   float scale = 1.0f;
   cudaStream_t stream = nullptr;
+  int64_t n_ctx = 0;      // cache positions; sizes the split (required with work)
+  float* work = nullptr;  // >= attention_work_bytes(n_tok, n_head, head_dim_v, n_ctx); nullptr: no split (slow decode)
 };
+// Bytes of the workspace attention needs for batches of up to n_tok tokens over a cache of n_ctx positions.
+uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx);
 void attention(const AttentionArgs& a);
 
 // y[i] = silu(gate[i]) * up[i] (y may be gate).
