@@ -25,6 +25,7 @@ namespace {
 constexpr int kMvWarps = 4;                       // decode_matvec: 4 warps of 2 rows each
 constexpr int kMvRowsPerWarp = 2;
 constexpr int kMvRows = kMvWarps * kMvRowsPerWarp;
+static_assert(kMvRows == kDecodeRowsPerBlock);
 constexpr int kGuWarps = 8;                       // moe_decode_gate_up: 32 gate and 32 up rows (one Q8_0 block)
 constexpr int kGuRows = 32;
 constexpr int kDnWarps = 4;                       // moe_decode_down: 8 output rows of every selected expert

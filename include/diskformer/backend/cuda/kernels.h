@@ -257,6 +257,9 @@ void argmax(const ArgmaxArgs& a);
 
 // Up to this many input vectors per decode launch.
 constexpr int64_t kDecodeMaxTok = 4;
+// Weight rows per decode_matvec block: an f32 input is quantized by each of the ceil(rows / 8) blocks, so callers
+// with wide inputs and many rows quantize once beforehand (quantize_q8_0) instead.
+constexpr int64_t kDecodeRowsPerBlock = 8;
 
 // Whether decode_matvec (and matmul's use of it) takes w for n_tok vectors: Q4_0/Q8_0 rows that start 16-byte aligned
 // (data and row_bytes multiples of 16) and n_tok <= kDecodeMaxTok.
