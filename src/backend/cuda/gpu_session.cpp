@@ -131,13 +131,17 @@ std::span<const float> GpuSession::logits() {
   return {logits_host_.data(), logits_rows_ * V};
 }
 
-int32_t GpuSession::argmax() {
+const float* GpuSession::last_logits_device() const {
   DF_CHECK(logits_rows_ > 0);
-  const uint64_t V = model_.spec().n_vocab;
   // The last row of what the last eval left on the device.
   const uint64_t last_batch_rows = logits_rows_ == 1 ? 1 : (logits_rows_ - 1) % opt_.max_batch + 1;
-  cuda::argmax({.x = logits_dev_.as<float>() + (last_batch_rows - 1) * V, .n_rows = 1, .n = int64_t(V),
-                .out = next_.as<int32_t>(), .stream = stream_});
+  return logits_dev_.as<float>() + (last_batch_rows - 1) * model_.spec().n_vocab;
+}
+
+int32_t GpuSession::argmax() {
+  const uint64_t V = model_.spec().n_vocab;
+  cuda::argmax({.x = last_logits_device(), .n_rows = 1, .n = int64_t(V), .out = next_.as<int32_t>(),
+                .stream = stream_});
   int32_t id = 0;
   DF_CUDA_CHECK(cudaMemcpyAsync(&id, next_.data(), 4, cudaMemcpyDeviceToHost, stream_));
   DF_CUDA_CHECK(cudaStreamSynchronize(stream_));

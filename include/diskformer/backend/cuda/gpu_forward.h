@@ -96,6 +96,10 @@ class GpuSession {
   std::span<const float> logits();
   // Greedy choice for the last evaluated token, computed on the device (the first maximum, as the CPU sampler).
   int32_t argmax();
+  // The last evaluated token's logits on the device, [n_vocab], until the next eval; work queued on stream() after
+  // the eval reads them in order (token selection: device_sampler.h).
+  const float* last_logits_device() const;
+  cudaStream_t stream() const { return stream_; }
 
   uint32_t n_past() const { return n_past_; }
   uint32_t n_ctx() const { return opt_.n_ctx; }

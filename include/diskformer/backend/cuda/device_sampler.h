@@ -1,0 +1,46 @@
+// engine::Sampler's choice from logits that live on the GPU, with the work that grows with the vocabulary done
+// there: the repeat penalty and the top-k cut run as kernels (select.h) and only the k survivors come back, where
+// Sampler::sample_top_k finishes (top-p, min-p, temperature, the seeded draw). The token equals sampler.sample() on
+// the same logits copied to the host, for every setting:
+//   temperature 0, no penalty     -> argmax kernel, one id back
+//   temperature 0, penalty        -> penalty + top-1
+//   0 < top_k < n_vocab           -> penalty (if any) + top-k, k pairs back
+//   top-k off (or >= n_vocab)     -> the draw needs the whole distribution: the logits row is copied back
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "diskformer/backend/cuda/buffer.h"
+#include "diskformer/engine/sampler.h"
+
+namespace df::cuda {
+
+class DeviceSampler {
+ public:
+  // logits: [n_vocab] on the device, written by work queued on `stream` (read in stream order; the call returns
+  // after its results are on the host). history as Sampler::sample.
+  int32_t sample(engine::Sampler& sampler, const float* logits, int64_t n_vocab, cudaStream_t stream,
+                 std::span<const int32_t> history);
+  // Device memory of the work buffers (they grow to the largest vocabulary, k and penalty window seen).
+  uint64_t device_bytes() const { return work_.size() + recent_.size() + top_v_.size() + top_i_.size(); }
+
+ private:
+  static void grow(DeviceBuffer& b, uint64_t bytes);
+
+  DeviceBuffer work_;    // [n_vocab] f32: the penalized logits
+  DeviceBuffer recent_;  // [n] int32: distinct recent ids
+  DeviceBuffer top_v_;   // [k] f32
+  DeviceBuffer top_i_;   // [k] int32
+  std::vector<int32_t> recent_host_;
+  std::vector<float> values_host_;
+  std::vector<int32_t> ids_host_;
+  std::vector<std::pair<float, int32_t>> top_host_;
+  std::vector<float> logits_host_;
+};
+
+}  // namespace df::cuda
