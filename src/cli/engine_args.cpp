@@ -13,7 +13,8 @@ void add_model_options(Args& args) {
   args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
   args.option("--ram-budget", "SIZE", "RAM for weights, caches and the KV cache; streams from disk beyond it");
   args.option("--gpu-budget", "SIZE", "GPU memory for the run, CUDA context included; streams experts beyond it");
-  args.option("--backend", "NAME", "compute backend: cpu (default), or cuda for bench in a CUDA build");
+  args.option("--backend", "NAME",
+              "cpu or cuda (run, chat: cuda where a GPU is present, else cpu; bench: cpu)");
 }
 
 void add_sampling_options(Args& args) {
@@ -57,6 +58,10 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
   const bool cuda_built = false;
 #endif
   const std::string b = backend(args);
+  if (b == "cuda" && allow_cuda && !cuda_built) {
+    args.usage_error("--backend cuda: this build has no CUDA backend (configure with -DDISKFORMER_CUDA=ON)");
+    return std::nullopt;
+  }
   if (b != "cpu" && !(b == "cuda" && allow_cuda && cuda_built)) {
     args.usage_error("--backend " + b + " is not available in this command" +
                      (allow_cuda && cuda_built ? " (supported: cpu, cuda)" : " (supported: cpu)"));

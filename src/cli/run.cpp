@@ -3,6 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/compute_backend.h"
 #include "cli/text_file.h"
 #include "cli/engine_args.h"
 #include "diskformer/tokenizer/tokenizer.h"
@@ -10,7 +11,8 @@
 namespace df::cli {
 
 int cmd_run(int argc, char** argv) {
-  Args args("run", "-m MODEL (-p PROMPT | -f FILE) [-n N] [--temp T] [--seed S] [--ram-budget SIZE] [...]");
+  Args args("run",
+            "-m MODEL (-p PROMPT | -f FILE) [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
   add_model_options(args);
   args.option("-p,--prompt", "TEXT", "prompt text");
   args.option("-f,--file", "PATH", "read the prompt from a file");
@@ -33,12 +35,14 @@ int cmd_run(int argc, char** argv) {
   } else {
     return args.usage_error("a prompt is required (-p TEXT or -f FILE)");
   }
-  auto mo = model_options(args);
+  auto mo = model_options(args, /*allow_cuda=*/true);
   if (!mo) return args.exit_code();
   auto go = generate_options(args, 128);
   if (!go) return args.exit_code();
   const bool quiet = args.has("--quiet");
 
+  const auto backend = choose_backend("run", args);
+  if (!backend) return 1;
   auto model = open_model("run", *path, *mo, quiet);
   if (!model) return 1;
   auto tok = tokenizer::Tokenizer::from_gguf(model->file());
@@ -50,7 +54,8 @@ int cmd_run(int argc, char** argv) {
   if (!quiet) std::fprintf(stderr, "diskformer run: prompt %zu tokens, seed %llu\n", ids.size(),
                            (unsigned long long)go->sampling.seed);
 
-  engine::Session session(*model);
+  auto decoder = open_decoder("run", *backend, *model, quiet);
+  if (!decoder) return 1;
   tokenizer::StreamDecoder dec(*tok);
   std::vector<int32_t> history;
   engine::GenerateHooks hooks;
@@ -60,7 +65,7 @@ int cmd_run(int argc, char** argv) {
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
     std::fflush(stdout);
   };
-  auto st = engine::generate(session, ids, *go, hooks, history);
+  auto st = engine::generate(*decoder, ids, *go, hooks, history);
   const std::string rest = dec.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fflush(stdout);
@@ -68,8 +73,9 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "\ndiskformer run: %s\n", st.error().message.c_str());
     return 1;
   }
-  if (st->context_full && !quiet) std::fprintf(stderr, "\ndiskformer run: stopped, the context of %u is full\n", session.n_ctx());
-  std::fprintf(stderr, "\ndiskformer run: %s\n", stats_line(*model, *st).c_str());
+  if (st->context_full && !quiet)
+    std::fprintf(stderr, "\ndiskformer run: stopped, the context of %u is full\n", decoder->n_ctx());
+  std::fprintf(stderr, "\ndiskformer run: %s, %s\n", backend_stats(*decoder).c_str(), stats_line(*model, *st).c_str());
   return 0;
 }
 

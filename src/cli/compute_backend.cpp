@@ -1,0 +1,82 @@
+#include "cli/compute_backend.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "diskformer/util/size.h"
+
+#ifdef DISKFORMER_HAVE_CUDA
+#include "diskformer/backend/cuda/gpu_decoder.h"
+#include "diskformer/backend/cuda_device.h"
+#endif
+
+namespace df::cli {
+
+std::optional<std::string> choose_backend(const char* command, const Args& args) {
+  const auto asked = args.get("--backend");
+  if (asked && *asked != "cuda") return *asked;
+#ifdef DISKFORMER_HAVE_CUDA
+  const auto dev = cuda::query_devices();
+  if (dev.count > 0) return "cuda";
+  if (asked) {
+    std::fprintf(stderr, "diskformer %s: --backend cuda: no CUDA device (%s)\n", command, dev.why_none.c_str());
+    return std::nullopt;
+  }
+#else
+  if (asked) {  // model_options refuses it first; kept so that this function alone is never wrong
+    std::fprintf(stderr,
+                 "diskformer %s: --backend cuda: this build has no CUDA backend (configure with -DDISKFORMER_CUDA=ON)\n",
+                 command);
+    return std::nullopt;
+  }
+#endif
+  return "cpu";
+}
+
+std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::string& backend, engine::Model& model,
+                                              bool quiet) {
+  if (backend != "cuda") return std::make_unique<engine::CpuDecoder>(model);
+#ifndef DISKFORMER_HAVE_CUDA
+  std::fprintf(stderr, "diskformer %s: --backend cuda: this build has no CUDA backend\n", command);
+  return nullptr;
+#else
+  const auto dev = cuda::query_devices();
+  if (dev.count == 0) {
+    std::fprintf(stderr, "diskformer %s: --backend cuda: no CUDA device (%s)\n", command, dev.why_none.c_str());
+    return nullptr;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto gpu = cuda::GpuModel::upload(model.spec(), model.weights());
+  if (!gpu.ok()) {
+    std::fprintf(stderr, "diskformer %s: %s\n", command, gpu.error().message.c_str());
+    return nullptr;
+  }
+  const double upload_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::shared_ptr<const cuda::GpuModel> shared = std::move(gpu).value();
+  const uint64_t weight_bytes = shared->device_bytes();
+  // The decode step replays a captured graph; prompts multiply the routed experts grouped by expert (both give the
+  // plain launches' logits bit for bit, tests/gpu).
+  auto d = cuda::GpuDecoder::create(std::move(shared), {.n_ctx = model.n_ctx(), .max_batch = 512,
+                                                        .decode_graph = true, .grouped_experts = true});
+  if (!d.ok()) {
+    std::fprintf(stderr, "diskformer %s: %s\n", command, d.error().message.c_str());
+    return nullptr;
+  }
+  if (!quiet)
+    std::fprintf(stderr, "diskformer %s: backend cuda on %s, %s of weights uploaded in %.1f s\n", command,
+                 dev.name.c_str(), format_size(weight_bytes).c_str(), upload_s);
+  return std::move(d).value();
+#endif
+}
+
+std::string backend_stats(engine::Decoder& decoder) {
+  const engine::DecoderStats s = decoder.stats();
+  std::string out = "backend " + s.backend;
+  if (!s.device.empty()) out += " (" + s.device + ")";
+  if (s.device_bytes) out += ", GPU memory " + format_size(*s.device_bytes) + " held by this run";
+  if (s.device_used_peak)
+    out += ", " + format_size(*s.device_used_peak) + " in use on the device (driver-reported peak)";
+  return out;
+}
+
+}  // namespace df::cli

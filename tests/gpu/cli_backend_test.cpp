@@ -1,0 +1,74 @@
+// run and chat on the GPU through the CLI: `run --backend cuda` prints llama.cpp's greedy completion for every robust
+// gold case of every shared model (the others report their common prefix), a GPU is the default where present, and
+// a two-turn greedy chat on the GPU replies as the CPU does.
+#include <algorithm>
+#include <fstream>
+
+#include "gpu/gpu_support.h"
+#include "model/gold.h"
+#include "support/cli_run.h"
+#include "support/test_paths.h"
+
+namespace df::test {
+namespace {
+
+const char* const kModels[] = {"qwen3moe-q4_0", "qwen3moe-q8_0", "qwen3-q4_0", "llama-f16", "mixtral-q4_0"};
+
+class RunCuda : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RunCuda, GreedyOutputIsLlamaCpps) {
+  DF_REQUIRE_GPU();
+  const std::string name = GetParam();
+  DF_REQUIRE_SHARED(model, "models/" + name + ".gguf");
+  const auto cases = read_gold((shared_dir() / "models" / (name + ".gold.json")).string());
+  const auto prompt_file = temp_dir("prompt") / "prompt.txt";
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const GoldCase& c = cases[i];
+    std::ofstream(prompt_file, std::ios::binary) << c.prompt;
+    const std::string args = "run -m " + model.string() + " -f " + prompt_file.string() + " -n " +
+                             std::to_string(c.n_predict) + " --temp 0 --ignore-eos";
+    const CliRun r = run_cli_capture("--backend cuda " + args);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const size_t common = common_prefix(r.out, c.completion);
+    std::printf("[gpu-run] %-14s case %zu robust=%d common prefix %zu/%zu bytes\n", name.c_str(), i, c.robust, common,
+                c.completion.size());
+    if (c.robust) {
+      EXPECT_EQ(r.out, c.completion) << name << " case " << i;
+    }
+    if (i == 0) {
+      EXPECT_NE(r.err.find("backend cuda ("), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("in use on the device (driver-reported peak)"), std::string::npos) << r.err;
+      // With a GPU present, cuda is the default.
+      const CliRun d = run_cli_capture(args);
+      EXPECT_EQ(d.status, 0) << d.err;
+      EXPECT_EQ(d.out, r.out);
+      EXPECT_NE(d.err.find("backend cuda ("), std::string::npos) << d.err;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, RunCuda, ::testing::ValuesIn(kModels), [](const auto& info) {
+  std::string n = info.param;
+  for (auto& ch : n)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
+
+// The second turn reuses the KV cache of the first (truncate to the shared prefix, evaluate the rest) on both
+// backends; greedy replies must agree token for token.
+TEST(ChatCuda, TwoTurnsReplyAsOnTheCpu) {
+  DF_REQUIRE_GPU();
+  DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
+  const std::string args = "chat -m " + model.string() + " -n 8 --temp 0 --ignore-eos --system 'Be brief.'";
+  const std::string input = "Hello\nAnd then?\n";
+  const CliRun cpu = run_cli_capture(args + " --backend cpu", input);
+  const CliRun gpu = run_cli_capture(args + " --backend cuda", input);
+  ASSERT_EQ(cpu.status, 0) << cpu.err;
+  ASSERT_EQ(gpu.status, 0) << gpu.err;
+  std::printf("[gpu-chat] cpu: %s[gpu-chat] gpu: %s", cpu.out.c_str(), gpu.out.c_str());
+  EXPECT_GE(std::count(gpu.out.begin(), gpu.out.end(), '\n'), 2);  // one line end per reply at least
+  EXPECT_EQ(gpu.out, cpu.out);
+}
+
+}  // namespace
+}  // namespace df::test
