@@ -67,7 +67,7 @@ int cmd_chat(int argc, char** argv) {
   input.eos_token = eos;
   if (auto sys = args.get("--system")) input.messages.push_back({{"role", "system"}, {"content", *sys}});
 
-  auto decoder = open_decoder("chat", *backend, *model, quiet);
+  auto decoder = open_decoder("chat", *backend, *model, quiet, /*cpu_fallback=*/!args.has("--backend"));
   if (!decoder) return 1;
   std::vector<int32_t> cached;  // tokens whose keys and values the session holds, in order
   const bool interactive = isatty(STDIN_FILENO);

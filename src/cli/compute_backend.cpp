@@ -34,7 +34,7 @@ std::optional<std::string> choose_backend(const char* command, const Args& args)
 }
 
 std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::string& backend, engine::Model& model,
-                                              bool quiet) {
+                                              bool quiet, bool cpu_fallback) {
   if (backend != "cuda") return std::make_unique<engine::CpuDecoder>(model);
 #ifndef DISKFORMER_HAVE_CUDA
   std::fprintf(stderr, "diskformer %s: --backend cuda: this build has no CUDA backend\n", command);
@@ -45,12 +45,17 @@ std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::st
     std::fprintf(stderr, "diskformer %s: --backend cuda: no CUDA device (%s)\n", command, dev.why_none.c_str());
     return nullptr;
   }
+  auto failed = [&](const std::string& why) -> std::unique_ptr<engine::Decoder> {
+    if (!cpu_fallback) {
+      std::fprintf(stderr, "diskformer %s: %s\n", command, why.c_str());
+      return nullptr;
+    }
+    if (!quiet) std::fprintf(stderr, "diskformer %s: %s; running on the CPU\n", command, why.c_str());
+    return std::make_unique<engine::CpuDecoder>(model);
+  };
   const auto t0 = std::chrono::steady_clock::now();
   auto gpu = cuda::GpuModel::upload(model.spec(), model.weights());
-  if (!gpu.ok()) {
-    std::fprintf(stderr, "diskformer %s: %s\n", command, gpu.error().message.c_str());
-    return nullptr;
-  }
+  if (!gpu.ok()) return failed(gpu.error().message);
   const double upload_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::shared_ptr<const cuda::GpuModel> shared = std::move(gpu).value();
   const uint64_t weight_bytes = shared->device_bytes();
@@ -58,10 +63,7 @@ std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::st
   // plain launches' logits bit for bit, tests/gpu).
   auto d = cuda::GpuDecoder::create(std::move(shared), {.n_ctx = model.n_ctx(), .max_batch = 512,
                                                         .decode_graph = true, .grouped_experts = true});
-  if (!d.ok()) {
-    std::fprintf(stderr, "diskformer %s: %s\n", command, d.error().message.c_str());
-    return nullptr;
-  }
+  if (!d.ok()) return failed(d.error().message);
   if (!quiet)
     std::fprintf(stderr, "diskformer %s: backend cuda on %s, %s of weights uploaded in %.1f s\n", command,
                  dev.name.c_str(), format_size(weight_bytes).c_str(), upload_s);

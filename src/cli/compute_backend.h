@@ -17,9 +17,10 @@ namespace df::cli {
 std::optional<std::string> choose_backend(const char* command, const Args& args);
 
 // The CPU engine's session, or the model uploaded to the GPU with a session there. nullptr after printing one line
-// (exit 1): no CUDA device, a model the GPU cannot hold (with the sizes).
+// (exit 1): no CUDA device, a model the GPU cannot hold (with the sizes). With cpu_fallback (cuda was the default,
+// not asked for) a GPU that cannot hold the model logs why and the CPU runs it instead.
 std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::string& backend, engine::Model& model,
-                                              bool quiet);
+                                              bool quiet, bool cpu_fallback);
 
 // "backend cpu" or "backend cuda (NVIDIA H200), GPU memory 1.2 GiB held by this run, 2.0 GiB in use on the device
 // (driver-reported peak)": the start of the stats line.

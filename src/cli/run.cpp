@@ -54,7 +54,7 @@ int cmd_run(int argc, char** argv) {
   if (!quiet) std::fprintf(stderr, "diskformer run: prompt %zu tokens, seed %llu\n", ids.size(),
                            (unsigned long long)go->sampling.seed);
 
-  auto decoder = open_decoder("run", *backend, *model, quiet);
+  auto decoder = open_decoder("run", *backend, *model, quiet, /*cpu_fallback=*/!args.has("--backend"));
   if (!decoder) return 1;
   tokenizer::StreamDecoder dec(*tok);
   std::vector<int32_t> history;
