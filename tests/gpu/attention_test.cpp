@@ -11,8 +11,9 @@
 //   are rounded to f16 for P·V (relative 2^-11 each) and the sum adds the rounded values, so the output is an exactly
 //   normalized mean with weights off by 2^-11 at most: error <= 2^-11 * max|v - out| <= 2^-10 * max|v| = 9.8e-4;
 //   the rest covers the tensor cores' f32 accumulation of the scores.
-// - vs cpu::attention: 4e-3. The CPU rounds its value accumulator to f16 after every position (relative 2^-11 of the
-//   running sum each time); with zero-mean values these errors mostly cancel (measured differences print below).
+// - vs cpu::attention: 1e-2. The CPU rounds its value accumulator to f16 after every position (up to 2^-11 of the
+//   running sum each time, a random walk over the positions); its own distance from the exact result, printed per
+//   case, measured up to 1.4e-3 with q in +-2 and 4.3e-3 with peaked scores (q in +-8, 400 positions).
 // Every case also puts f16 NaNs in the cache past the last position, so reading beyond pos[t] fails the test.
 #include <algorithm>
 #include <cmath>
@@ -143,7 +144,7 @@ TEST_P(CudaAttention, MatchesExactAndCpuAttention) {
   const auto exact = exact_attention(c, d, scale, all);
   const auto got = gpu_attention(c, d, scale);
 
-  const double tol_exact = (tensor_cores(c) ? 1.5e-3 : 3e-4) * d.max_v, tol_cpu = 4e-3 * d.max_v;
+  const double tol_exact = (tensor_cores(c) ? 1.5e-3 : 3e-4) * d.max_v, tol_cpu = 1e-2 * d.max_v;
   double worst_exact = 0, worst_cpu = 0, cpu_exact = 0;
   size_t bad = 0, first_bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
