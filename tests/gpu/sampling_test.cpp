@@ -63,7 +63,7 @@ TEST(GpuSelect, TopKKeepsThePartialSortSet) {
   // Time of one selection over Qwen3's vocabulary, the decode-time cost.
   const int64_t V = 151936;
   const auto x = make_logits(V, 99, false);
-  cuda::DeviceBuffer dx = cuda::to_device(x), dv(40 * 4), di(40 * 4);
+  cuda::DeviceBuffer dx = cuda::to_device(x);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
   for (int32_t k : {1, 40, 1000}) {
