@@ -439,7 +439,8 @@ bool launch_mma_if_built(const AttentionArgs& a) {
 uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx) {
   if (n_tok <= 0 || n_ctx <= 0) return 0;
   // A batch of n <= n_tok tokens uses n * split_cap(n, n_ctx) <= this many parts per head.
-  const int64_t slots = std::min<int64_t>(kMaxSlots, std::min<int64_t>(n_tok, kMaxSlots) * ((n_ctx + kMinPart - 1) / kMinPart));
+  const int64_t parts = (n_ctx + kMinPart - 1) / kMinPart;
+  const int64_t slots = std::min<int64_t>(kMaxSlots, std::min<int64_t>(n_tok, kMaxSlots) * parts);
   return uint64_t(n_head) * uint64_t(slots) * uint64_t(head_dim_v + 2) * 4;
 }
 
