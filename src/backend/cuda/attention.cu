@@ -311,12 +311,14 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaParams p) {
     // Rows past n_c are zeroed: their scores are masked, but P·V multiplies them by 0 and stale NaNs would survive.
     for (int i = tid; i < BC * (HK / 8); i += kThreads) {
       const int j = i / (HK / 8), c8 = i % (HK / 8);
-      const uint4 x = j < n_c ? __ldg(reinterpret_cast<const uint4*>(kb + (j0 + j) * kv_k) + c8) : make_uint4(0, 0, 0, 0);
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (j < n_c) x = __ldg(reinterpret_cast<const uint4*>(kb + (j0 + j) * kv_k) + c8);
       *reinterpret_cast<uint4*>(k_sh + j * KS + c8 * 8) = x;
     }
     for (int i = tid; i < BC * (HV / 8); i += kThreads) {
       const int j = i / (HV / 8), c8 = i % (HV / 8);
-      const uint4 x = j < n_c ? __ldg(reinterpret_cast<const uint4*>(vb + (j0 + j) * kv_v) + c8) : make_uint4(0, 0, 0, 0);
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (j < n_c) x = __ldg(reinterpret_cast<const uint4*>(vb + (j0 + j) * kv_v) + c8);
       *reinterpret_cast<uint4*>(v_sh + j * VS + c8 * 8) = x;
     }
     __syncthreads();
