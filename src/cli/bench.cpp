@@ -69,7 +69,7 @@ Result<RepResult> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt199
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args("bench", "-m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [--ram-budget SIZE] [--backend cpu|cuda] [--json]");
+  Args args("bench", "-m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [--ram-budget SIZE] [--backend cpu|cuda] [--gpu-budget SIZE] [--json]");
   add_model_options(args);
   args.option("-p,--n-prompt", "N[,N...]", "prompt tokens per prefill (default 512)");
   args.option("-n,--n-gen", "N[,N...]", "tokens decoded one at a time (default 64)");
@@ -94,13 +94,16 @@ int cmd_bench(int argc, char** argv) {
     mo->n_ctx = uint32_t(std::max<int64_t>(need, 16));
   }
 
+  const bool on_cuda = backend(args) == "cuda";
+  if (on_cuda) mo->host_allocator = cuda_host_allocator();
   auto model = open_model("bench", *path, *mo, quiet);
   if (!model) return 1;
   uint64_t model_bytes = 0;
   for (const auto& t : model->file().tensors) model_bytes += t.n_bytes;
-  if (backend(args) == "cuda")
+  if (on_cuda)
     return bench_cuda(*model, {.path = *path, .model_bytes = model_bytes, .prompts = *ps, .gens = *ns,
-                               .reps = *reps, .json = as_json, .quiet = quiet});
+                               .reps = *reps, .json = as_json, .quiet = quiet, .gpu_budget = gpu_budget(args),
+                               .ram_budget = mo->ram_budget});
   std::mt19937 rng(1234);
 
   // A short warm-up so that first-touch costs (and, with a budget, a cold cache) do not land in the first rep.

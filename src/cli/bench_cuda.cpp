@@ -12,6 +12,8 @@
 #include <cuda_runtime.h>
 
 #include "diskformer/backend/cuda/gpu_forward.h"
+#include "diskformer/backend/cuda/gpu_load.h"
+#include "diskformer/backend/cuda/pinned.h"
 #include "diskformer/backend/cuda_device.h"
 #include "diskformer/engine/generate.h"
 #endif
@@ -25,7 +27,11 @@ int bench_cuda(engine::Model&, const BenchCudaArgs&) {
   return 1;
 }
 
+io::HostAllocator* cuda_host_allocator() { return nullptr; }
+
 #else
+
+io::HostAllocator* cuda_host_allocator() { return &cuda::pinned_host_allocator(); }
 
 namespace {
 
@@ -36,10 +42,7 @@ using Clock = std::chrono::steady_clock;
 // sampled between phases; the peak of the samples.
 struct GpuMemPeak {
   uint64_t peak = 0;
-  void sample() {
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) peak = std::max<uint64_t>(peak, total_b - free_b);
-  }
+  void sample() { peak = std::max(peak, cuda::device_memory_used()); }
 };
 
 struct Rep {
@@ -48,8 +51,7 @@ struct Rep {
 
 Result<Rep> one_rep(const cuda::GpuModel& gpu, uint32_t n_ctx, int64_t p, int64_t n, std::mt19937& rng,
                     GpuMemPeak& mem) {
-  DF_ASSIGN(auto s, cuda::GpuSession::create(gpu, {.n_ctx = n_ctx, .max_batch = 512, .decode_graph = true,
-                                                   .grouped_experts = true}));
+  DF_ASSIGN(auto s, cuda::GpuSession::create(gpu, {.n_ctx = n_ctx, .max_batch = 512}));
   std::uniform_int_distribution<int32_t> tok(0, int32_t(gpu.spec().n_vocab) - 1);
   std::vector<int32_t> prompt(size_t(std::max<int64_t>(p, 1)));
   for (auto& t : prompt) t = tok(rng);
@@ -69,6 +71,8 @@ Result<Rep> one_rep(const cuda::GpuModel& gpu, uint32_t n_ctx, int64_t p, int64_
   return r;
 }
 
+json opt_size(const std::optional<uint64_t>& v) { return v ? json(*v) : json(nullptr); }
+
 }  // namespace
 
 int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
@@ -80,35 +84,42 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
   if (dev.count == 0) return fail("--backend cuda: no CUDA device (" + dev.why_none + ")");
   GpuMemPeak mem;
   const auto t_up = Clock::now();
-  auto gpu = cuda::GpuModel::upload(host.spec(), host.weights());
-  if (!gpu) return fail(gpu.error().message);
+  auto load = cuda::load_gpu_model(host, {.budget = a.gpu_budget, .n_ctx = host.n_ctx(), .max_batch = 512});
+  if (!load) return fail(load.error().message);
+  const cuda::GpuModel& gpu = *load->model;
+  cuda::GpuExpertCache* cache = gpu.expert_cache();
   const double upload_s = std::chrono::duration<double>(Clock::now() - t_up).count();
   mem.sample();
+  const std::string residency = load->describe();
   if (!a.quiet)
-    std::fprintf(stderr, "diskformer bench: %s on %s, %s of weights uploaded in %.1f s\n", a.path.c_str(),
-                 dev.name.c_str(), format_size((*gpu)->device_bytes()).c_str(), upload_s);
+    std::fprintf(stderr, "diskformer bench: %s on %s, %s of weights uploaded in %.1f s; %s\n", a.path.c_str(),
+                 dev.name.c_str(), format_size(gpu.device_bytes()).c_str(), upload_s, residency.c_str());
   std::mt19937 rng(1234);
-  if (auto warm = one_rep(**gpu, host.n_ctx(), std::min<int64_t>(8, a.prompts.front()), 4, rng, mem); !warm)
+  if (auto warm = one_rep(gpu, host.n_ctx(), std::min<int64_t>(8, a.prompts.front()), 4, rng, mem); !warm)
     return fail(warm.error().message);
   for (int64_t p : a.prompts)
     for (int64_t n : a.gens) {
       if (uint64_t(p + n) > host.n_ctx())
         return fail("-p " + std::to_string(p) + " + -n " + std::to_string(n) + " exceeds the context " +
                     std::to_string(host.n_ctx()) + " (-c)");
+      if (cache) cache->reset_stats();
+      host.weights().reset_stream_stats();
       std::vector<double> pre, dec;
+      double timed_s = 0;
       for (int64_t r = 0; r < a.reps; ++r) {
-        auto rep = one_rep(**gpu, host.n_ctx(), p, n, rng, mem);
+        auto rep = one_rep(gpu, host.n_ctx(), p, n, rng, mem);
         if (!rep) return fail(rep.error().message);
         if (p > 0) pre.push_back(double(p) / rep->prefill_s);
         if (n > 0) dec.push_back(double(n) / rep->decode_s);
+        timed_s += rep->prefill_s + rep->decode_s;
       }
       const Summary sp = summarize(pre), sd = summarize(dec);
       json j = {{"model", std::filesystem::path(a.path).filename().string()},
                 {"model_bytes", a.model_bytes},
                 {"backend", "cuda"},
                 {"gpu", dev.name},
-                {"gpu_budget", nullptr},
-                {"ram_budget", nullptr},
+                {"gpu_budget", opt_size(a.gpu_budget)},
+                {"ram_budget", opt_size(a.ram_budget)},
                 {"threads", host.threads()},
                 {"prompt_tokens", p},
                 {"gen_tokens", n},
@@ -116,24 +127,39 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
                 {"prefill_tok_s", summary_json(sp, p > 0)},
                 {"decode_tok_s", summary_json(sd, n > 0)},
                 {"gpu_mem_peak_bytes", mem.peak},
-                {"gpu_weight_bytes", (*gpu)->device_bytes()},
+                {"gpu_weight_bytes", gpu.device_bytes()},
                 {"rss_peak_bytes", engine::peak_rss_bytes()},
                 {"expert_hit_rate", nullptr},
                 {"bytes_from_ram", nullptr},
                 {"bytes_from_disk", nullptr},
                 {"h2d_GBps", nullptr},
                 {"disk_GBps", nullptr},
-                {"residency", "all resident on the GPU"},
+                {"residency", residency},
                 {"upload_s", upload_s}};
+      if (cache) {
+        const cuda::ExpertCacheStats cs = cache->stats();
+        const engine::DiskStats ds = host.weights().stats();
+        j["gpu_slots"] = cache->slots();
+        j["expert_hit_rate"] = cs.table.hit_rate();
+        j["bytes_from_ram"] = cs.table.bytes_loaded;
+        j["bytes_from_disk"] = ds.streamed_bytes_read;
+        j["h2d_GBps"] = cs.h2d_GBps();
+        j["h2d_busy_share"] = timed_s > 0 ? cs.h2d_seconds / timed_s : 0.0;
+        j["disk_GBps"] = timed_s > 0 ? double(ds.streamed_bytes_read) / timed_s / 1e9 : 0.0;
+      }
       if (a.json) {
         std::printf("%s\n", j.dump().c_str());
         continue;
       }
-      std::printf("%s  p=%lld n=%lld reps=%lld cuda (%s), all resident on the GPU\n",
-                  j["model"].get<std::string>().c_str(), (long long)p, (long long)n, (long long)a.reps,
-                  dev.name.c_str());
+      std::printf("%s  p=%lld n=%lld reps=%lld cuda (%s), %s\n", j["model"].get<std::string>().c_str(),
+                  (long long)p, (long long)n, (long long)a.reps, dev.name.c_str(), residency.c_str());
       if (p > 0) std::printf("  prefill  %9.2f tok/s (min %.2f, max %.2f)\n", sp.median, sp.min, sp.max);
       if (n > 0) std::printf("  decode   %9.2f tok/s (min %.2f, max %.2f)\n", sd.median, sd.min, sd.max);
+      if (cache)
+        std::printf("  expert hit rate %.1f%%, %s from RAM to the GPU at %.1f GB/s, %s from disk\n",
+                    100.0 * j["expert_hit_rate"].get<double>(),
+                    format_size(j["bytes_from_ram"].get<uint64_t>()).c_str(), j["h2d_GBps"].get<double>(),
+                    format_size(j["bytes_from_disk"].get<uint64_t>()).c_str());
       std::printf("  GPU memory peak %s (driver-reported, whole device)\n", format_size(mem.peak).c_str());
     }
   std::fflush(stdout);

@@ -1,12 +1,16 @@
-// bench --backend cuda: the model resident on the GPU (weights uploaded from the host model), prefill and greedy
-// decode timed there. Without the CUDA backend in the build it reports that and returns 1.
+// bench --backend cuda: the model on the GPU (weights uploaded from the host model; with --gpu-budget the routed
+// experts streamed through a GPU expert cache), prefill and greedy decode timed there. Without the CUDA backend in
+// the build it reports that and returns 1.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "diskformer/engine/model.h"
+#include "diskformer/io/buffer.h"
 
 namespace df::cli {
 
@@ -16,8 +20,13 @@ struct BenchCudaArgs {
   std::vector<int64_t> prompts, gens;  // every (p, n) pair is one configuration
   int64_t reps = 3;
   bool json = false, quiet = false;
+  std::optional<uint64_t> gpu_budget, ram_budget;
 };
 
 int bench_cuda(engine::Model& host, const BenchCudaArgs& a);
+
+// Pinned host memory for the weights of a CUDA run (copies to the GPU at the link's speed); nullptr in a build
+// without CUDA.
+io::HostAllocator* cuda_host_allocator();
 
 }  // namespace df::cli

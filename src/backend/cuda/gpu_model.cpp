@@ -34,9 +34,11 @@ Result<DTensor> GpuModel::put(const model::Mat& m, const std::string& what) {
   return t;
 }
 
-Result<std::unique_ptr<GpuModel>> GpuModel::upload(const model::ModelSpec& spec, model::WeightSource& w) {
+Result<std::unique_ptr<GpuModel>> GpuModel::upload(const model::ModelSpec& spec, model::WeightSource& w,
+                                                  const GpuUploadOptions& options) {
   std::unique_ptr<GpuModel> g(new GpuModel());
   g->spec_ = spec;
+  g->source_ = &w;
   const int64_t E = spec.n_embd;
   DF_TRY(check_shape(w.token_embd(), spec.n_vocab, E, "token_embd"));
   DF_ASSIGN(g->token_embd_, g->put(w.token_embd(), "token_embd"));
@@ -78,6 +80,7 @@ Result<std::unique_ptr<GpuModel>> GpuModel::upload(const model::ModelSpec& spec,
       continue;
     }
     if (!l.gate_inp.present()) return Error{layer_name(il, "ffn_gate_inp") + ": missing in a MoE model"};
+    if (options.stream_experts) continue;  // the expert cache brings them on demand
     // All experts, in chunks the source can hand out at once; each lands at its id's place in the stacked tensors.
     const uint32_t X = spec.n_expert, chunk = w.max_experts_per_call() ? w.max_experts_per_call() : X;
     const int64_t F = spec.n_ff_expert;
@@ -112,6 +115,18 @@ Result<std::unique_ptr<GpuModel>> GpuModel::upload(const model::ModelSpec& spec,
     }
   }
   return g;
+}
+
+Status GpuModel::stream_experts(uint32_t slots) {
+  DF_CHECK(source_ != nullptr && !expert_cache_);
+  if (!spec_.moe()) return Error{"stream_experts: the model has no routed experts"};
+  DF_ASSIGN(expert_cache_, GpuExpertCache::create(spec_, *source_, slots));
+  return {};
+}
+
+Result<uint64_t> GpuModel::expert_slot_bytes() const {
+  DF_CHECK(source_ != nullptr);
+  return GpuExpertCache::slot_bytes(spec_, *source_);
 }
 
 }  // namespace df::cuda

@@ -101,10 +101,15 @@ Status GpuSession::eval(std::span<const int32_t> tokens, bool all_logits) {
     }
     DF_CUDA_CHECK(cudaMemcpyAsync(tok_.data(), staging_.data(), m * 4, cudaMemcpyHostToDevice, stream_));
     DF_CUDA_CHECK(cudaMemcpyAsync(pos_.data(), staging_.data() + m, m * 4, cudaMemcpyHostToDevice, stream_));
-    if (m == 1 && !all_logits && opt_.decode_graph) {
+    // Streamed experts bring the router's choices to the host every layer, which a graph cannot hold.
+    if (m == 1 && !all_logits && opt_.decode_graph && !model_.expert_cache()) {
       decode_step_graph();
     } else {
       forward(m, all_logits, logits_dev_.as<float>());
+    }
+    if (!stream_status_.ok()) {  // a streamed expert could not be read: this batch's positions are not kept
+      DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return std::exchange(stream_status_, Status{});
     }
     n_past_ += uint32_t(m);
     if (all_logits) {
@@ -180,7 +185,7 @@ void GpuSession::forward(int64_t n, bool all_logits, float* logits) {
     const GpuLayer& l = model_.layer(il);
     // Each sublayer norms x into xn and adds its output back into x.
     attention_block(l, il, n);
-    ffn_block(l, n);
+    ffn_block(l, il, n);
   }
   const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
   const uint8_t* xq = norm_input(x + first * E, model_.output_norm(), n_out, {&model_.output()});
@@ -270,7 +275,7 @@ void GpuSession::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
   add_product(l.wo.m, attn_.as<float>(), n);
 }
 
-void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
+void GpuSession::ffn_block(const GpuLayer& l, uint32_t il, int64_t n) {
   const model::ModelSpec& s = model_.spec();
   const float* xn = xn_.as<float>();
   uint8_t* scratch = scratch_.as<uint8_t>();
@@ -286,13 +291,22 @@ void GpuSession::ffn_block(const GpuLayer& l, int64_t n) {
   int32_t* ids = ids_.as<int32_t>();
   // A few tokens with resident quantized experts: router, then two launches for the experts (gate and up with the
   // SwiGLU and the Q8_0 of its output; down with the weighted combine and the residual add).
-  const bool fused = n <= kDecodeMaxTok && moe_decode_supported(l.gate_exps.m, l.up_exps.m, l.down_exps.m, n, K);
-  const uint8_t* xq = fused ? norm_input(x_.as<float>(), l.ffn_norm.f32(), n, {&l.gate_exps.m, &l.up_exps.m})
+  // Streamed experts live in the cache's slots, which have the layout of the file's experts.
+  GpuExpertCache* cache = model_.expert_cache();
+  const DMat& gate_w = cache ? cache->gate() : l.gate_exps.m;
+  const DMat& up_w = cache ? cache->up() : l.up_exps.m;
+  const DMat& down_w = cache ? cache->down() : l.down_exps.m;
+  const bool fused = n <= kDecodeMaxTok && moe_decode_supported(gate_w, up_w, down_w, n, K);
+  const uint8_t* xq = fused ? norm_input(x_.as<float>(), l.ffn_norm.f32(), n, {&gate_w, &up_w})
                             : norm_input(x_.as<float>(), l.ffn_norm.f32(), n, {});
   matmul({.w = l.gate_inp.m, .x = xn, .n_tok = n, .y = router_.as<float>(), .scratch = scratch, .stream = stream_,
           .x_q8 = xq});
   route({.logits = router_.as<float>(), .n_tok = n, .n_expert = int(s.n_expert), .n_used = K,
          .norm_topk = s.norm_topk, .ids = ids, .weights = wts_.as<float>(), .stream = stream_});
+  if (cache) {
+    moe_streamed(*cache, il, n, xq, fused);
+    return;
+  }
   if (fused) {
     // up_ holds the experts' Q8_0 activations ([n * K][n_ff_expert / 32] blocks, fewer bytes than its floats).
     uint8_t* act_q8 = up_.as<uint8_t>();

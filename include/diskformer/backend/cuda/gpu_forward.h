@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "diskformer/backend/cuda/buffer.h"
+#include "diskformer/backend/cuda/expert_cache.h"
 #include "diskformer/backend/cuda/kernels.h"
+#include "diskformer/io/buffer.h"
 #include "diskformer/model/spec.h"
 #include "diskformer/model/weights.h"
 #include "diskformer/util/result.h"
@@ -46,12 +48,26 @@ struct GpuLayer {
   uint64_t gate_stride = 0, up_stride = 0, down_stride = 0;
 };
 
+struct GpuUploadOptions {
+  // MoE models: leave the routed experts in `weights` (host RAM, or the disk tier below it) and stream them through
+  // a GPU expert cache that stream_experts() then creates. Without it every expert is uploaded.
+  bool stream_experts = false;
+};
+
 class GpuModel {
  public:
   // Copies every weight that `weights` hands out (dense tensors per layer, all experts of every MoE layer, in chunks
   // of max_experts_per_call) to the current device. Errors: a weight type the kernels do not multiply, a tensor
-  // whose shape disagrees with the spec, not enough GPU memory (with the sizes).
-  static Result<std::unique_ptr<GpuModel>> upload(const model::ModelSpec& spec, model::WeightSource& weights);
+  // whose shape disagrees with the spec, not enough GPU memory (with the sizes). With stream_experts, `weights`
+  // must outlive the model (the cache reads experts from it).
+  static Result<std::unique_ptr<GpuModel>> upload(const model::ModelSpec& spec, model::WeightSource& weights,
+                                                  const GpuUploadOptions& options = {});
+  // Creates the expert cache of an upload with stream_experts: `slots` (layer, expert) records in GPU memory.
+  Status stream_experts(uint32_t slots);
+  // The cache of streamed experts; nullptr when every expert is resident.
+  GpuExpertCache* expert_cache() const { return expert_cache_.get(); }
+  // Device bytes of one expert cache slot, for sizing the cache against a budget.
+  Result<uint64_t> expert_slot_bytes() const;
 
   const model::ModelSpec& spec() const { return spec_; }
   uint64_t device_bytes() const { return bytes_; }
@@ -69,6 +85,8 @@ class GpuModel {
   bool output_shared_ = false;  // tied embeddings: output() reads token_embd
   std::vector<GpuLayer> layers_;
   uint64_t bytes_ = 0;
+  model::WeightSource* source_ = nullptr;  // kept for the expert cache (stream_experts)
+  std::unique_ptr<GpuExpertCache> expert_cache_;
 };
 
 struct GpuSessionOptions {
@@ -115,8 +133,11 @@ class GpuSession {
   // of all n into `logits`.
   void forward(int64_t n, bool all_logits, float* logits);
   void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
-  void ffn_block(const GpuLayer& l, int64_t n);
+  void ffn_block(const GpuLayer& l, uint32_t il, int64_t n);
   void moe_ungrouped(const GpuLayer& l, int64_t n);
+  // The routed experts of layer il through the model's expert cache (gpu_session_stream.cpp): xq holds xn's Q8_0
+  // blocks when `fused` (the two-launch decode path applies); adds the experts' output into x.
+  void moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, const uint8_t* xq, bool fused);
   const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::initializer_list<const DMat*> ws);
   void products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const DMat*, float*>> outs);
   void add_product(const DMat& w, const float* in, int64_t n);
@@ -146,6 +167,15 @@ class GpuSession {
 
   cudaGraphExec_t graph_ = nullptr;  // the captured single-token step (decode_graph)
   std::vector<int32_t> staging_;     // host ids and positions of one batch
+
+  // Streamed experts (allocated on first use): a failed read stops the pass and eval returns it.
+  Status stream_status_;
+  io::AlignedBuffer ids_host_, plan_host_;  // pinned: the router's ids; per group, slot map, order and tiles
+  DeviceBuffer plan_dev_;                   // one group's slot map, order and tiles
+  DeviceBuffer act_;                        // [n * n_used][n_ff_expert] SwiGLU outputs
+  DeviceBuffer xq_stream_;                  // xn's Q8_0 blocks, read by every group's gate and up
+  std::vector<int32_t> where_, distinct_, group_slots_;
+  std::vector<int64_t> first_, fill_;
 };
 
 }  // namespace df::cuda

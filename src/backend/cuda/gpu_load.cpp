@@ -1,0 +1,58 @@
+#include "diskformer/backend/cuda/gpu_load.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "diskformer/util/check.h"
+#include "diskformer/util/size.h"
+
+namespace df::cuda {
+
+uint64_t device_memory_used() {
+  size_t free_b = 0, total_b = 0;
+  DF_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return uint64_t(total_b - free_b);
+}
+
+std::string GpuLoad::describe() const {
+  if (slots == 0) return "all weights resident on the GPU";
+  const model::ModelSpec& s = model->spec();
+  const uint64_t n = uint64_t(s.n_layer) * s.n_expert;
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%.1f%%", 100.0 * slots / double(n));
+  return "experts streamed through " + std::to_string(slots) + " GPU slots of " +
+         format_size(model->expert_cache()->slot_bytes()) + " (" + pct + " of " + std::to_string(n) +
+         " experts), resident part " + format_size(used_resident) + " in use";
+}
+
+Result<GpuLoad> load_gpu_model(engine::Model& host, const GpuLoadOptions& o) {
+  const model::ModelSpec& spec = host.spec();
+  DF_CUDA_CHECK(cudaFree(nullptr));  // creates the context, so that it is counted below
+  GpuLoad g;
+  DF_ASSIGN(g.plan, engine::plan_gpu(spec, host.tensors(),
+                                     {.budget = o.budget, .n_ctx = o.n_ctx, .max_batch = o.max_batch,
+                                      .context_bytes = device_memory_used()}));
+  const bool stream = g.plan.mode == engine::Residency::kStreamExperts;
+  DF_ASSIGN(g.model, GpuModel::upload(spec, host.weights(), {.stream_experts = stream}));
+  if (!stream) return g;
+  {
+    DF_ASSIGN(auto probe, GpuSession::create(*g.model, {.n_ctx = o.n_ctx, .max_batch = o.max_batch}));
+    g.used_resident = device_memory_used();
+  }
+  DF_ASSIGN(const uint64_t slot, g.model->expert_slot_bytes());
+  const uint64_t budget = *o.budget;
+  const uint64_t need_min = g.used_resident + o.reserve + uint64_t(g.plan.min_slots) * slot;
+  if (budget < need_min)
+    return Error{"--gpu-budget " + format_size(budget) + " is too small: the resident part (weights " +
+                 format_size(g.model->device_bytes()) + ", a session's KV cache and buffers, the CUDA context) has " +
+                 format_size(g.used_resident) + " of device memory in use, " + format_size(o.reserve) +
+                 " is kept for buffers sessions allocate later, and streaming needs at least " +
+                 std::to_string(g.plan.min_slots) + " expert slots of " + format_size(slot) + ": at least " +
+                 format_size(need_min)};
+  const uint64_t n_records = uint64_t(spec.n_layer) * spec.n_expert;
+  g.slots = uint32_t(std::min<uint64_t>((budget - g.used_resident - o.reserve) / slot, n_records));
+  DF_TRY(g.model->stream_experts(g.slots));
+  return g;
+}
+
+}  // namespace df::cuda

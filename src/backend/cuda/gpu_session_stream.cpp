@@ -1,0 +1,153 @@
+// ffn_block's routed experts when they stream through the model's GPU expert cache. The router's choices come to
+// the host (the one round trip of a layer); their experts are made resident in groups the cache can hold at once,
+// and each group runs the kernels of resident experts with the cache's slots in place of expert ids.
+//   - A few tokens whose experts fit in one group (decode): the fused two-launch path, ids replaced by slots.
+//   - Otherwise (prefill): the layer's distinct experts in groups of half the slots, so the copies of the next
+//     group overlap the products of this one (the cache orders each copy after the kernels that last read its
+//     slot). Each group multiplies only its (token, slot) pairs, from a plan built on the host, where the ids are.
+#include <algorithm>
+
+#include "diskformer/backend/cuda/gpu_forward.h"
+#include "diskformer/backend/cuda/pinned.h"
+#include "diskformer/util/check.h"
+
+namespace df::cuda {
+
+namespace {
+
+// Grows a pinned host buffer to at least `bytes` (the stream must not be reading the old one).
+void reserve_pinned(io::AlignedBuffer& b, uint64_t bytes) {
+  if (b.size() >= bytes) return;
+  auto r = io::AlignedBuffer::allocate(bytes, 64, pinned_host_allocator());
+  DF_CHECK(r.ok());  // small (ids and plans of one batch); failing here means the host is out of locked memory
+  b = std::move(*r);
+}
+
+void reserve_device(DeviceBuffer& b, uint64_t bytes) {
+  if (b.size() < bytes) b = DeviceBuffer(bytes);
+}
+
+}  // namespace
+
+void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, const uint8_t* xq, bool fused) {
+  if (!stream_status_.ok()) return;  // an earlier layer's read failed: eval reports it
+  const model::ModelSpec& s = model_.spec();
+  const int K = int(s.n_expert_used);
+  const int64_t nk = n * K, E = s.n_embd, F = s.n_ff_expert;
+  const uint32_t slots = cache.slots();
+  DF_CHECK(slots >= uint32_t(K));
+
+  reserve_pinned(ids_host_, uint64_t(nk) * 4);
+  int32_t* ids = reinterpret_cast<int32_t*>(ids_host_.data());
+  DF_CUDA_CHECK(cudaMemcpyAsync(ids, ids_.data(), nk * 4, cudaMemcpyDeviceToHost, stream_));
+  DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+  // The layer's distinct experts in first-use order, and each one's index in that list.
+  where_.assign(s.n_expert, -1);
+  distinct_.clear();
+  for (int64_t v = 0; v < nk; ++v) {
+    const int32_t e = ids[v];
+    DF_CHECK(e >= 0 && uint32_t(e) < s.n_expert);
+    if (where_[e] < 0) {
+      where_[e] = int32_t(distinct_.size());
+      distinct_.push_back(e);
+    }
+  }
+  const int64_t D = int64_t(distinct_.size());
+  const int64_t G = D <= int64_t(slots) / 2 ? D : std::max<int64_t>(K, slots / 2);
+  const int64_t n_groups = (D + G - 1) / G;
+
+  // Host plan regions, one per group: a group's copies to the device may still be pending while the next group's
+  // plan is written. Each region: slot per (token, k) [nk], then order [nk] and tiles [1 + 3 * max_tiles].
+  const int32_t ts = std::min({moe_tile_slots(cache.gate().type), moe_tile_slots(cache.up().type),
+                               moe_tile_slots(cache.down().type)});
+  const int64_t max_tiles = moe_max_tiles(nk, int32_t(slots), ts);
+  const int64_t region = 2 * nk + 1 + 3 * max_tiles;
+  reserve_pinned(plan_host_, uint64_t(n_groups * region) * 4);
+  reserve_device(plan_dev_, uint64_t(region) * 4);
+  int32_t* slot_dev = plan_dev_.as<int32_t>();
+  int32_t* order_dev = slot_dev + nk;
+  int32_t* tiles_dev = order_dev + nk;
+
+  const bool one_fused_group = fused && n_groups == 1;
+  if (!one_fused_group) {
+    reserve_device(act_, uint64_t(nk) * F * 4);
+    if (ts <= 8) reserve_device(gathered_, uint64_t(nk) * std::max(E, F) * 4);  // the warp-per-row path gathers
+    reserve_device(xq_stream_, q8_scratch_bytes(gguf::GgmlType::Q8_0, E, n));
+    quantize_q8_0({.x = xn_.as<float>(), .y = xq_stream_.as<uint8_t>(), .n_rows = n, .cols = E, .stream = stream_});
+  }
+
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const int64_t g0 = g * G, g1 = std::min(D, g0 + G);
+    group_slots_.resize(size_t(g1 - g0));
+    Status st = cache.acquire(il, std::span<const int32_t>(distinct_.data() + g0, size_t(g1 - g0)), group_slots_,
+                              stream_);
+    if (!st.ok()) {
+      stream_status_ = std::move(st);
+      return;
+    }
+    int32_t* h = reinterpret_cast<int32_t*>(plan_host_.data()) + g * region;
+    int32_t *h_slot = h, *h_order = h + nk, *h_tiles = h + 2 * nk;
+    for (int64_t v = 0; v < nk; ++v) {
+      const int32_t i = where_[ids[v]];
+      h_slot[v] = i >= g0 && i < g1 ? group_slots_[size_t(i - g0)] : -1;
+    }
+    if (one_fused_group) {
+      DF_CUDA_CHECK(cudaMemcpyAsync(slot_dev, h_slot, nk * 4, cudaMemcpyHostToDevice, stream_));
+      uint8_t* act_q8 = up_.as<uint8_t>();
+      moe_decode_gate_up({.gate = cache.gate(), .up = cache.up(), .gate_stride = cache.gate_stride(),
+                          .up_stride = cache.up_stride(), .n_expert = int32_t(slots), .ids = slot_dev, .n_tok = n,
+                          .n_used = K, .x_q8 = xq, .act_q8 = act_q8, .stream = stream_});
+      moe_decode_down({.down = cache.down(), .down_stride = cache.down_stride(), .n_expert = int32_t(slots),
+                       .ids = slot_dev, .weights = wts_.as<float>(), .n_tok = n, .n_used = K, .act_q8 = act_q8,
+                       .x = x_.as<float>(), .out = x_.as<float>(), .stream = stream_});
+      cache.release(stream_);
+      return;
+    }
+    // The group's (token, k) pairs grouped by slot, cut into tiles of ts (moe_plan's layout); the order is padded
+    // to nk with a valid index for the kernels that gather nk rows.
+    // Counting sort of the group's pairs by their expert's index.
+    first_.assign(size_t(g1 - g0) + 1, 0);
+    for (int64_t v = 0; v < nk; ++v)
+      if (h_slot[v] >= 0) ++first_[size_t(where_[ids[v]] - g0) + 1];
+    for (size_t i = 1; i < first_.size(); ++i) first_[i] += first_[i - 1];
+    const int64_t at = first_.back();
+    fill_ = first_;
+    for (int64_t v = 0; v < nk; ++v)
+      if (h_slot[v] >= 0) h_order[fill_[size_t(where_[ids[v]] - g0)]++] = int32_t(v);
+    int64_t nt = 0;
+    for (int64_t i = 0; i < g1 - g0; ++i)
+      for (int64_t t0 = first_[size_t(i)]; t0 < first_[size_t(i) + 1]; t0 += ts) {
+        DF_CHECK(nt < max_tiles);
+        h_tiles[1 + 3 * nt] = group_slots_[size_t(i)];
+        h_tiles[2 + 3 * nt] = int32_t(t0);
+        h_tiles[3 + 3 * nt] = int32_t(std::min<int64_t>(ts, first_[size_t(i) + 1] - t0));
+        ++nt;
+      }
+    std::fill(h_order + at, h_order + nk, 0);
+    h_tiles[0] = int32_t(nt);
+    DF_CUDA_CHECK(cudaMemcpyAsync(order_dev, h_order, (nk + 1 + 3 * nt) * 4, cudaMemcpyHostToDevice, stream_));
+
+    const MoeGroupedMatmulArgs gb{.n_expert = int32_t(slots), .order = order_dev, .tiles = tiles_dev,
+                                  .n_slots = nk, .n_used = K, .gathered = gathered_.as<float>(),
+                                  .scratch = scratch_.as<uint8_t>(), .stream = stream_, .tile_slots = ts};
+    MoeGroupedMatmulArgs gp = gb, up = gb, dn = gb;
+    gp.w = cache.gate(), gp.expert_stride = cache.gate_stride(), gp.x = xn_.as<float>(), gp.y = gate_.as<float>();
+    up.w = cache.up(), up.expert_stride = cache.up_stride(), up.x = xn_.as<float>(), up.y = up_.as<float>();
+    if (ts > 8) gp.x_q8 = up.x_q8 = xq_stream_.as<uint8_t>();
+    moe_matmul_grouped(gp);
+    moe_matmul_grouped(up);
+    // Into act, not in place: rows of other groups are recomputed from unchanged gate and up, so running it over
+    // every row per group leaves each group's rows right.
+    swiglu({.gate = gate_.as<float>(), .up = up_.as<float>(), .y = act_.as<float>(), .n = nk * F, .stream = stream_});
+    dn.w = cache.down(), dn.expert_stride = cache.down_stride(), dn.x = act_.as<float>(), dn.x_per_slot = true,
+    dn.y = expert_out_.as<float>();
+    moe_matmul_grouped(dn);
+    cache.release(stream_);
+  }
+  moe_combine({.expert_out = expert_out_.as<float>(), .weights = wts_.as<float>(), .out = proj_.as<float>(),
+               .n_tok = n, .n_embd = E, .n_used = K, .stream = stream_});
+  add({.x = x_.as<float>(), .y = proj_.as<float>(), .n = n * E, .stream = stream_});
+}
+
+}  // namespace df::cuda
