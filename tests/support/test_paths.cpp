@@ -9,9 +9,16 @@ std::filesystem::path shared_dir() {
   return DF_SHARED_DIR;
 }
 
-std::filesystem::path source_dir() { return DF_SOURCE_DIR; }
+// The environment overrides the build's paths where the test binaries run from another checkout (the GPU machine).
+std::filesystem::path source_dir() {
+  if (const char* env = std::getenv("DISKFORMER_SOURCE")) return env;
+  return DF_SOURCE_DIR;
+}
 
-std::filesystem::path cli_path() { return DF_CLI_PATH; }
+std::filesystem::path cli_path() {
+  if (const char* env = std::getenv("DISKFORMER_CLI")) return env;
+  return DF_CLI_PATH;
+}
 
 std::filesystem::path temp_dir(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
