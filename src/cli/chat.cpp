@@ -42,6 +42,7 @@ int cmd_chat(int argc, char** argv) {
 
   const auto backend = choose_backend("chat", args);
   if (!backend) return 1;
+  mo->host_allocator = host_allocator_for(*backend);
   auto model = open_model("chat", *path, *mo, quiet);
   if (!model) return 1;
   auto tok = tokenizer::Tokenizer::from_gguf(model->file());
@@ -67,7 +68,8 @@ int cmd_chat(int argc, char** argv) {
   input.eos_token = eos;
   if (auto sys = args.get("--system")) input.messages.push_back({{"role", "system"}, {"content", *sys}});
 
-  auto decoder = open_decoder("chat", *backend, *model, quiet, /*cpu_fallback=*/!args.has("--backend"));
+  auto decoder = open_decoder("chat", *backend, *model,
+                              {.quiet = quiet, .cpu_fallback = !args.has("--backend"), .gpu_budget = gpu_budget(args)});
   if (!decoder) return 1;
   std::vector<int32_t> cached;  // tokens whose keys and values the session holds, in order
   const bool interactive = isatty(STDIN_FILENO);

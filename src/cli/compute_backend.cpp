@@ -7,6 +7,8 @@
 
 #ifdef DISKFORMER_HAVE_CUDA
 #include "diskformer/backend/cuda/gpu_decoder.h"
+#include "diskformer/backend/cuda/gpu_load.h"
+#include "diskformer/backend/cuda/pinned.h"
 #include "diskformer/backend/cuda_device.h"
 #endif
 
@@ -33,8 +35,15 @@ std::optional<std::string> choose_backend(const char* command, const Args& args)
   return "cpu";
 }
 
+io::HostAllocator* host_allocator_for(const std::string& backend) {
+#ifdef DISKFORMER_HAVE_CUDA
+  if (backend == "cuda") return &cuda::pinned_host_allocator();
+#endif
+  return nullptr;
+}
+
 std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::string& backend, engine::Model& model,
-                                              bool quiet, bool cpu_fallback) {
+                                              const DecoderOptions& o) {
   if (backend != "cuda") return std::make_unique<engine::CpuDecoder>(model);
 #ifndef DISKFORMER_HAVE_CUDA
   std::fprintf(stderr, "diskformer %s: --backend cuda: this build has no CUDA backend\n", command);
@@ -46,27 +55,28 @@ std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::st
     return nullptr;
   }
   auto failed = [&](const std::string& why) -> std::unique_ptr<engine::Decoder> {
-    if (!cpu_fallback) {
+    if (!o.cpu_fallback) {
       std::fprintf(stderr, "diskformer %s: %s\n", command, why.c_str());
       return nullptr;
     }
-    if (!quiet) std::fprintf(stderr, "diskformer %s: %s; running on the CPU\n", command, why.c_str());
+    if (!o.quiet) std::fprintf(stderr, "diskformer %s: %s; running on the CPU\n", command, why.c_str());
     return std::make_unique<engine::CpuDecoder>(model);
   };
   const auto t0 = std::chrono::steady_clock::now();
-  auto gpu = cuda::GpuModel::upload(model.spec(), model.weights());
-  if (!gpu.ok()) return failed(gpu.error().message);
+  auto load = cuda::load_gpu_model(model, {.budget = o.gpu_budget, .n_ctx = model.n_ctx(), .max_batch = 512});
+  if (!load.ok()) return failed(load.error().message);
   const double upload_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::shared_ptr<const cuda::GpuModel> shared = std::move(gpu).value();
+  const std::string residency = load->describe();
+  std::shared_ptr<const cuda::GpuModel> shared = std::move(load->model);
   const uint64_t weight_bytes = shared->device_bytes();
   // The decode step replays a captured graph; prompts multiply the routed experts grouped by expert (both give the
   // plain launches' logits bit for bit, tests/gpu).
   auto d = cuda::GpuDecoder::create(std::move(shared), {.n_ctx = model.n_ctx(), .max_batch = 512,
                                                         .decode_graph = true, .grouped_experts = true});
   if (!d.ok()) return failed(d.error().message);
-  if (!quiet)
-    std::fprintf(stderr, "diskformer %s: backend cuda on %s, %s of weights uploaded in %.1f s\n", command,
-                 dev.name.c_str(), format_size(weight_bytes).c_str(), upload_s);
+  if (!o.quiet)
+    std::fprintf(stderr, "diskformer %s: backend cuda on %s, %s of weights uploaded in %.1f s; %s\n", command,
+                 dev.name.c_str(), format_size(weight_bytes).c_str(), upload_s, residency.c_str());
   return std::move(d).value();
 #endif
 }

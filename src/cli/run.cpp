@@ -43,6 +43,7 @@ int cmd_run(int argc, char** argv) {
 
   const auto backend = choose_backend("run", args);
   if (!backend) return 1;
+  mo->host_allocator = host_allocator_for(*backend);
   auto model = open_model("run", *path, *mo, quiet);
   if (!model) return 1;
   auto tok = tokenizer::Tokenizer::from_gguf(model->file());
@@ -54,7 +55,8 @@ int cmd_run(int argc, char** argv) {
   if (!quiet) std::fprintf(stderr, "diskformer run: prompt %zu tokens, seed %llu\n", ids.size(),
                            (unsigned long long)go->sampling.seed);
 
-  auto decoder = open_decoder("run", *backend, *model, quiet, /*cpu_fallback=*/!args.has("--backend"));
+  auto decoder = open_decoder("run", *backend, *model,
+                              {.quiet = quiet, .cpu_fallback = !args.has("--backend"), .gpu_budget = gpu_budget(args)});
   if (!decoder) return 1;
   tokenizer::StreamDecoder dec(*tok);
   std::vector<int32_t> history;

@@ -54,6 +54,39 @@ INSTANTIATE_TEST_SUITE_P(Models, RunCuda, ::testing::ValuesIn(kModels), [](const
   return n;
 });
 
+// --gpu-budget on run: the smallest budget the CLI accepts (found by bisection, since the device memory in use counts
+// every process's context) streams the experts through a small GPU cache and still prints the gold completion.
+TEST(RunCudaBudget, SmallestAcceptedBudgetStreamsExpertsWithTheGoldOutput) {
+  DF_REQUIRE_GPU();
+  DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
+  const GoldCase c = read_gold((shared_dir() / "models/qwen3moe-q4_0.gold.json").string()).at(0);
+  ASSERT_TRUE(c.robust);
+  const auto prompt_file = temp_dir("prompt") / "prompt.txt";
+  std::ofstream(prompt_file, std::ios::binary) << c.prompt;
+  const std::string args = "run --backend cuda -m " + model.string() + " -f " + prompt_file.string() + " -n " +
+                           std::to_string(c.n_predict) + " --temp 0 --ignore-eos --gpu-budget ";
+  uint64_t lo = 1ull << 20, hi = cuda::query_devices().total_bytes;  // lo refused, hi accepted
+  ASSERT_EQ(run_cli_capture(args + std::to_string(lo)).status, 1);
+  CliRun at_hi = run_cli_capture(args + std::to_string(hi));
+  ASSERT_EQ(at_hi.status, 0) << at_hi.err;
+  while (hi - lo > (1ull << 20)) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    CliRun r = run_cli_capture(args + std::to_string(mid));
+    if (r.status == 0) {
+      hi = mid, at_hi = std::move(r);
+    } else {
+      EXPECT_NE(r.err.find("budget"), std::string::npos) << r.err;  // refused with the numbers
+      EXPECT_EQ(r.out, "");
+      lo = mid;
+    }
+  }
+  const bool streamed = at_hi.err.find("experts streamed through") != std::string::npos;
+  std::printf("[gpu-run-budget] smallest accepted --gpu-budget %.1f MiB, experts streamed %d\n", hi / 1048576.0,
+              streamed);
+  EXPECT_EQ(at_hi.out, c.completion);
+  EXPECT_TRUE(streamed) << at_hi.err;
+}
+
 // The second turn reuses the KV cache of the first (truncate to the shared prefix, evaluate the rest) on both
 // backends; greedy replies must agree token for token.
 TEST(ChatCuda, TwoTurnsReplyAsOnTheCpu) {
