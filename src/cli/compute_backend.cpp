@@ -26,9 +26,8 @@ std::optional<std::string> choose_backend(const char* command, const Args& args)
   }
 #else
   if (asked) {  // model_options refuses it first; kept so that this function alone is never wrong
-    std::fprintf(stderr,
-                 "diskformer %s: --backend cuda: this build has no CUDA backend (configure with -DDISKFORMER_CUDA=ON)\n",
-                 command);
+    std::fprintf(stderr, "diskformer %s: --backend cuda: this build has no CUDA backend (configure with %s)\n",
+                 command, "-DDISKFORMER_CUDA=ON");
     return std::nullopt;
   }
 #endif
@@ -88,6 +87,12 @@ std::string backend_stats(engine::Decoder& decoder) {
   if (s.device_bytes) out += ", GPU memory " + format_size(*s.device_bytes) + " held by this run";
   if (s.device_used_peak)
     out += ", " + format_size(*s.device_used_peak) + " in use on the device (driver-reported peak)";
+  if (s.expert_hit_rate) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ", GPU expert cache hit rate %.1f%%, %s copied to the GPU",
+                  100.0 * *s.expert_hit_rate, format_size(s.bytes_to_device.value_or(0)).c_str());
+    out += buf;
+  }
   return out;
 }
 

@@ -43,7 +43,8 @@ TEST(SampleTopK, DrawsWhatSampleDrawsFromTheFullLogits) {
   const engine::SamplingParams settings[] = {
       {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 1},
       {.temp = 1.5f, .top_k = 7, .top_p = 1.0f, .min_p = 0.0f, .repeat_penalty = 1.3f, .seed = 2},
-      {.temp = 0.3f, .top_k = 200, .top_p = 0.5f, .min_p = 0.1f, .repeat_penalty = 0.7f, .repeat_last_n = -1, .seed = 3},
+      {.temp = 0.3f, .top_k = 200, .top_p = 0.5f, .min_p = 0.1f, .repeat_penalty = 0.7f, .repeat_last_n = -1,
+       .seed = 3},
       {.temp = 2.0f, .top_k = 1, .seed = 4},
       {.temp = 0.0f, .repeat_penalty = 2.0f, .seed = 5},
   };

@@ -85,6 +85,9 @@ TEST(RunCudaBudget, SmallestAcceptedBudgetStreamsExpertsWithTheGoldOutput) {
               streamed);
   EXPECT_EQ(at_hi.out, c.completion);
   EXPECT_TRUE(streamed) << at_hi.err;
+  if (streamed) {
+    EXPECT_NE(at_hi.err.find("GPU expert cache hit rate"), std::string::npos) << at_hi.err;
+  }
 }
 
 // The second turn reuses the KV cache of the first (truncate to the shared prefix, evaluate the rest) on both

@@ -18,7 +18,9 @@ namespace {
 
 using Cand = std::pair<float, int32_t>;
 
-bool best_first(const Cand& a, const Cand& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); }
+bool best_first(const Cand& a, const Cand& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
 
 // Logits of a vocabulary: normal with spread 3, or on a coarse grid (many exact ties), with both zeros and -inf.
 std::vector<float> make_logits(int64_t n, uint32_t seed, bool ties) {

@@ -25,6 +25,9 @@ struct DecoderStats {
   std::string device;                        // the GPU's name; empty on the CPU
   std::optional<uint64_t> device_bytes;      // GPU memory this decoder holds: weights, KV cache, work buffers
   std::optional<uint64_t> device_used_peak;  // driver-reported use of the whole device, peak of its samples
+  // Experts streamed through a GPU cache (--gpu-budget): its hit rate and the bytes copied to the device.
+  std::optional<double> expert_hit_rate;
+  std::optional<uint64_t> bytes_to_device;
 };
 
 class Decoder {

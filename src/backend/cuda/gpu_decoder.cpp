@@ -37,10 +37,17 @@ int32_t GpuDecoder::next_token(engine::Sampler& sampler, std::span<const int32_t
 
 engine::DecoderStats GpuDecoder::stats() {
   sample_memory();
-  return {.backend = "cuda",
-          .device = device_name_,
-          .device_bytes = model_->device_bytes() + session_->device_bytes() + sampler_.device_bytes(),
-          .device_used_peak = used_peak_};
+  engine::DecoderStats st{.backend = "cuda",
+                          .device = device_name_,
+                          .device_bytes = model_->device_bytes() + session_->device_bytes() + sampler_.device_bytes(),
+                          .device_used_peak = used_peak_};
+  if (GpuExpertCache* cache = model_->expert_cache()) {
+    const ExpertCacheStats c = cache->stats();
+    st.device_bytes = *st.device_bytes + cache->device_bytes();
+    st.expert_hit_rate = c.table.hit_rate();
+    st.bytes_to_device = c.table.bytes_loaded;
+  }
+  return st;
 }
 
 }  // namespace df::cuda
