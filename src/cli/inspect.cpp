@@ -219,7 +219,10 @@ int print_gpu_plan(const gguf::File& f, uint64_t budget, uint32_t n_ctx, bool as
               format_size(budget).c_str(), p.n_ctx, p.max_batch, engine::residency_name(p.mode));
   std::printf("\nresident:\n");
   line("CUDA context (assumed)", r.context);
-  line("token embeddings", r.token_embd);
+  if (p.token_embd_on_host)
+    std::printf("  %-28s %14s  rows read from pinned host RAM\n", "token embeddings", "0");
+  else
+    line("token embeddings", r.token_embd);
   line("output head", r.output);
   line("attention", r.attention);
   line("norms", r.norms);

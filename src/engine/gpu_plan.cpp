@@ -38,7 +38,8 @@ std::string item(const char* name, uint64_t bytes) { return std::string(name) + 
 // "CUDA context 512.0 MiB, token embeddings 166.9 MiB, ..." : every non-zero item of the resident part.
 std::string itemize(const GpuPlan& p) {
   const GpuResident& r = p.resident;
-  std::string s = item("CUDA context", r.context) + ", token embeddings " + format_size(r.token_embd);
+  std::string s = item("CUDA context", r.context) + ", token embeddings " +
+                  (p.token_embd_on_host ? std::string("in pinned host RAM") : format_size(r.token_embd));
   if (r.output) s += ", " + item("output head", r.output);
   s += ", " + item("attention", r.attention) + ", " + item("norms", r.norms);
   if (r.routers) s += ", " + item("routers", r.routers);
@@ -117,6 +118,10 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   if (!o.budget || *o.budget >= p.total_bytes()) return p;
 
   const uint64_t budget = *o.budget;
+  if (spec.moe() && t.output != t.token_embd) {
+    p.token_embd_on_host = true;
+    r.token_embd = 0;
+  }
   if (!spec.moe())
     return Error{"GPU budget " + bytes_text(budget) + " cannot hold this dense model, and dense models do not stream " +
                  "on the GPU: it needs " + bytes_text(p.total_bytes()) + " = " + itemize(p)};
@@ -126,8 +131,9 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
                  format_size(r.total()) + " (" + itemize(p) + ") + " + std::to_string(p.min_slots) +
                  " expert slots of " + format_size(p.record_bytes) + " = " + bytes_text(need) + " at least"};
   p.mode = Residency::kStreamExperts;
-  p.slots = uint32_t((budget - r.total()) / p.record_bytes);  // < n_records: the whole model did not fit
-  DF_CHECK(p.slots >= p.min_slots && p.slots < p.n_records);
+  // At most every record: with the embeddings in host RAM the experts may all fit.
+  p.slots = uint32_t(std::min<uint64_t>((budget - r.total()) / p.record_bytes, p.n_records));
+  DF_CHECK(p.slots >= p.min_slots);
   return p;
 }
 
@@ -158,6 +164,7 @@ nlohmann::json GpuPlan::to_json() const {
           {"record_bytes", record_bytes},
           {"n_records", n_records},
           {"min_slots", min_slots},
+          {"token_embd_on_host", token_embd_on_host},
           {"slots", slots},
           {"pool_bytes", pool_bytes()},
           {"resident_fraction", resident_fraction()},

@@ -198,11 +198,14 @@ TEST(GpuPlan, TooSmallBudgetIsRefusedWithTheNumbers) {
   Bound b{qwen3_30b_header()};
   ASSERT_NO_FATAL_FAILURE(bind(b));
   const GpuPlan all = plan_ok(b, {.n_ctx = 1024});
-  const uint64_t need = all.resident.total() + 16 * all.record_bytes;
+  // Streaming leaves the token embeddings in host RAM (the head is not tied to them).
+  const uint64_t need = all.resident.total() - all.resident.token_embd + 16 * all.record_bytes;
   const GpuPlan tight = plan_ok(b, {.budget = need, .n_ctx = 1024});
   EXPECT_EQ(tight.mode, Residency::kStreamExperts);
   EXPECT_EQ(tight.slots, 16u);
   EXPECT_EQ(tight.total_bytes(), need);
+  EXPECT_TRUE(tight.token_embd_on_host);
+  EXPECT_EQ(tight.resident.token_embd, 0u);
 
   auto refused = engine::plan_gpu(b.spec, b.tensors, {.budget = need - 1, .n_ctx = 1024});
   ASSERT_FALSE(refused.ok());
@@ -210,12 +213,13 @@ TEST(GpuPlan, TooSmallBudgetIsRefusedWithTheNumbers) {
   for (const std::string& part : {std::to_string(need - 1) + " bytes", std::to_string(need) + " bytes",
                                   std::string("16 expert slots of ") + format_size(all.record_bytes),
                                   "KV cache " + format_size(all.resident.kv_cache) + " at 1024 positions",
-                                  "token embeddings " + format_size(all.resident.token_embd), std::string("CUDA context")})
+                                  std::string("token embeddings in pinned host RAM"), std::string("CUDA context")})
     EXPECT_NE(m.find(part), std::string::npos) << "missing '" << part << "' in: " << m;
   EXPECT_FALSE(engine::plan_gpu(b.spec, b.tensors, {.budget = 1 * kMiB}).ok());
 }
 
-// Enough for every expert: all resident, no pool beyond the model's experts; one byte less streams one fewer.
+// Enough for every expert: all resident, no pool beyond the model's experts. One byte less streams: the token
+// embeddings move to host RAM, which frees room for every expert again.
 TEST(GpuPlan, EveryExpertFitsMeansAllResident) {
   Bound b{qwen3_30b_header()};
   ASSERT_NO_FATAL_FAILURE(bind(b));
@@ -229,7 +233,11 @@ TEST(GpuPlan, EveryExpertFitsMeansAllResident) {
   EXPECT_EQ(huge.total_bytes(), all.total_bytes());
   const GpuPlan under = plan_ok(b, {.budget = all.total_bytes() - 1, .n_ctx = 1024});
   EXPECT_EQ(under.mode, Residency::kStreamExperts);
-  EXPECT_EQ(under.slots, under.n_records - 1);
+  EXPECT_TRUE(under.token_embd_on_host);
+  EXPECT_EQ(under.slots, under.n_records);
+  const uint64_t no_embd = all.total_bytes() - all.resident.token_embd;
+  const GpuPlan fewer = plan_ok(b, {.budget = no_embd - 1, .n_ctx = 1024});
+  EXPECT_EQ(fewer.slots, fewer.n_records - 1);
 }
 
 // The KV cache and work buffers follow -c and the batch size; the slots pay for them.
@@ -262,17 +270,21 @@ TEST(GpuPlan, SharedMoeModels) {
     EXPECT_EQ(all.n_records, b.spec.n_layer * b.spec.n_expert);
     EXPECT_EQ(all.min_slots, 2 * b.spec.n_expert_used);
 
+    // Streaming keeps an untied model's token embeddings in host RAM.
+    const bool tied = b.tensors.output == b.tensors.token_embd;
+    const uint64_t base = all.resident.total() - (tied ? 0 : all.resident.token_embd);
     uint32_t last = 0;
     for (uint32_t want : {all.min_slots, all.min_slots + 3, all.n_records / 2, all.n_records - 1}) {
-      const uint64_t budget = all.resident.total() + uint64_t(want) * all.record_bytes + all.record_bytes / 2;
+      const uint64_t budget = base + uint64_t(want) * all.record_bytes + all.record_bytes / 2;
       const GpuPlan p = plan_ok(b, {.budget = budget, .n_ctx = 512, .context_bytes = 0});
       EXPECT_EQ(p.slots, want);
       EXPECT_GT(p.slots, last);
       EXPECT_EQ(p.mode, Residency::kStreamExperts);
+      EXPECT_EQ(p.token_embd_on_host, !tied);
       last = p.slots;
     }
     EXPECT_FALSE(engine::plan_gpu(b.spec, b.tensors,
-                                  {.budget = all.resident.total() + all.min_slots * all.record_bytes - 1,
+                                  {.budget = base + all.min_slots * all.record_bytes - 1,
                                    .n_ctx = 512, .context_bytes = 0})
                      .ok());
   }

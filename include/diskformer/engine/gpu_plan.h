@@ -1,7 +1,7 @@
 // The GPU residency plan: what stays in GPU memory for the whole run and how many expert records the GPU slot pool
 // holds, from the model's shape and a GPU memory budget. Host-only arithmetic; the CUDA engine allocates by it.
 //
-//   resident = CUDA context reserve + token embeddings + output head + every layer's attention, norms and router
+//   resident = CUDA context reserve + token embeddings (all resident, or tied to the head) + output head + every layer's attention, norms and router
 //              (+ dense FFNs of dense models) + KV cache + session work buffers + a margin
 //   pool     = slots x record, one (layer, expert) record = gate + up + down rows of one expert
 //   slots    = (budget - resident) / record, capped at n_layer x n_expert (then every expert is resident)
@@ -69,6 +69,9 @@ struct GpuPlan {
   uint32_t n_records = 0;     // n_layer x n_expert: the records a fully resident model holds
   uint32_t min_slots = 0;     // 2 x n_expert_used: the fewest slots a budget must hold
   uint32_t slots = 0;         // records the pool holds; n_records when mode is kAllResident
+  // Streaming with an untied output head: the token embeddings stay in pinned host RAM (a token's row is read from
+  // there; resident.token_embd is 0). A tied head reads every row every token, so they stay on the GPU.
+  bool token_embd_on_host = false;
 
   uint64_t pool_bytes() const { return uint64_t(slots) * record_bytes; }
   uint64_t total_bytes() const { return resident.total() + pool_bytes(); }

@@ -33,7 +33,10 @@ Result<GpuLoad> load_gpu_model(engine::Model& host, const GpuLoadOptions& o) {
                                      {.budget = o.budget, .n_ctx = o.n_ctx, .max_batch = o.max_batch,
                                       .context_bytes = device_memory_used()}));
   const bool stream = g.plan.mode == engine::Residency::kStreamExperts;
-  DF_ASSIGN(g.model, GpuModel::upload(spec, host.weights(), {.stream_experts = stream}));
+  DF_ASSIGN(g.model, GpuModel::upload(spec, host.weights(),
+                                      {.stream_experts = stream,
+                                       .token_embd_on_host = g.plan.token_embd_on_host,
+                                       .arena_bytes = g.plan.resident.weights()}));
   if (!stream) return g;
   {
     DF_ASSIGN(auto probe, GpuSession::create(*g.model, {.n_ctx = o.n_ctx, .max_batch = o.max_batch}));

@@ -18,6 +18,17 @@ Status check_shape(const model::Mat& m, int64_t rows, int64_t cols, const std::s
   return {};
 }
 
+// The device address of host memory the GPU can read (pinned, mapped: every cudaHostAlloc'd block under unified
+// addressing); nullptr for pageable memory.
+const uint8_t* device_view(const uint8_t* host) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, host) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return a.type == cudaMemoryTypeHost && a.devicePointer ? static_cast<const uint8_t*>(a.devicePointer) : nullptr;
+}
+
 }  // namespace
 
 Result<DTensor> GpuModel::put(const model::Mat& m, const std::string& what) {
@@ -27,9 +38,18 @@ Result<DTensor> GpuModel::put(const model::Mat& m, const std::string& what) {
     return Error{what + ": weight type " + std::to_string(unsigned(m.type)) +
                  " has no CUDA kernel (F32, F16, BF16, Q8_0, Q4_0 do)"};
   const uint64_t bytes = m.row_bytes * uint64_t(m.rows);
-  DF_ASSIGN(t.buf, DeviceBuffer::alloc(bytes, what));
-  t.buf.upload(m.data, bytes);
-  t.m = {m.type, t.buf.as<uint8_t>(), m.cols, m.rows, m.row_bytes};
+  const uint64_t padded = (bytes + 255) / 256 * 256;
+  uint8_t* dst = nullptr;
+  if (arena_used_ + padded <= arena_.size()) {
+    dst = arena_.as<uint8_t>() + arena_used_;
+    arena_.upload(m.data, bytes, arena_used_);
+    arena_used_ += padded;
+  } else {
+    DF_ASSIGN(t.buf, DeviceBuffer::alloc(bytes, what));
+    t.buf.upload(m.data, bytes);
+    dst = t.buf.as<uint8_t>();
+  }
+  t.m = {m.type, dst, m.cols, m.rows, m.row_bytes};
   bytes_ += bytes;
   return t;
 }
@@ -39,9 +59,17 @@ Result<std::unique_ptr<GpuModel>> GpuModel::upload(const model::ModelSpec& spec,
   std::unique_ptr<GpuModel> g(new GpuModel());
   g->spec_ = spec;
   g->source_ = &w;
+  if (options.arena_bytes) {
+    DF_ASSIGN(g->arena_, DeviceBuffer::alloc(options.arena_bytes, "resident weights"));
+  }
   const int64_t E = spec.n_embd;
   DF_TRY(check_shape(w.token_embd(), spec.n_vocab, E, "token_embd"));
-  DF_ASSIGN(g->token_embd_, g->put(w.token_embd(), "token_embd"));
+  const model::Mat& te = w.token_embd();
+  if (const uint8_t* dev = options.token_embd_on_host && w.output().data != te.data ? device_view(te.data) : nullptr) {
+    g->token_embd_.m = {te.type, dev, te.cols, te.rows, te.row_bytes};  // rows gathered over the link
+  } else {
+    DF_ASSIGN(g->token_embd_, g->put(te, "token_embd"));
+  }
   if (w.output_norm().type != gguf::GgmlType::F32) return Error{"output_norm: not F32"};
   DF_ASSIGN(g->output_norm_, g->put(w.output_norm(), "output_norm"));
   DF_TRY(check_shape(w.output(), spec.n_vocab, E, "output"));

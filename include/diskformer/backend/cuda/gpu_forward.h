@@ -52,6 +52,12 @@ struct GpuUploadOptions {
   // MoE models: leave the routed experts in `weights` (host RAM, or the disk tier below it) and stream them through
   // a GPU expert cache that stream_experts() then creates. Without it every expert is uploaded.
   bool stream_experts = false;
+  // Read token embedding rows from the source's memory where the GPU can reach it (pinned host RAM) instead of
+  // uploading the table; ignored when the output head is tied to it or the memory is not device-accessible.
+  bool token_embd_on_host = false;
+  // Resident weights packed into one allocation of this many bytes (each tensor 256-byte aligned), sparing the
+  // driver's per-allocation rounding; tensors that do not fit get their own. 0: one allocation per tensor.
+  uint64_t arena_bytes = 0;
 };
 
 class GpuModel {
@@ -79,6 +85,8 @@ class GpuModel {
  private:
   GpuModel() = default;
   Result<DTensor> put(const model::Mat& m, const std::string& what);
+  DeviceBuffer arena_;      // resident weights packed (GpuUploadOptions::arena_bytes)
+  uint64_t arena_used_ = 0;
 
   model::ModelSpec spec_;
   DTensor token_embd_, output_norm_, output_;
