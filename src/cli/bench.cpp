@@ -76,6 +76,7 @@ int cmd_bench(int argc, char** argv) {
   args.option("-r,--repetitions", "REPS", "timed repetitions per configuration (default 3)");
   args.flag("--json", "one JSON object per configuration on stdout (CLI.md's bench --json)");
   args.flag("--quiet", "no logs");
+  args.flag("--cpu-experts", "with --backend cuda --gpu-budget: decode computes some missed experts on the CPU");
   if (!args.parse(argc, argv)) return args.exit_code();
   auto path = args.get("--model");
   if (!path) return args.usage_error("-m MODEL is required");
@@ -103,7 +104,7 @@ int cmd_bench(int argc, char** argv) {
   if (on_cuda)
     return bench_cuda(*model, {.path = *path, .model_bytes = model_bytes, .prompts = *ps, .gens = *ns,
                                .reps = *reps, .json = as_json, .quiet = quiet, .gpu_budget = gpu_budget(args),
-                               .ram_budget = mo->ram_budget});
+                               .ram_budget = mo->ram_budget, .cpu_experts = args.has("--cpu-experts")});
   std::mt19937 rng(1234);
 
   // A short warm-up so that first-touch costs (and, with a budget, a cold cache) do not land in the first rep.

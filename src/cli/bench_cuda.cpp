@@ -47,11 +47,12 @@ struct GpuMemPeak {
 
 struct Rep {
   double prefill_s = 0, decode_s = 0;
+  uint64_t cpu_experts = 0;  // streamed experts the CPU computed
 };
 
 Result<Rep> one_rep(const cuda::GpuModel& gpu, uint32_t n_ctx, int64_t p, int64_t n, std::mt19937& rng,
-                    GpuMemPeak& mem) {
-  DF_ASSIGN(auto s, cuda::GpuSession::create(gpu, {.n_ctx = n_ctx, .max_batch = 512}));
+                    GpuMemPeak& mem, cpu::Context* cpu_experts) {
+  DF_ASSIGN(auto s, cuda::GpuSession::create(gpu, {.n_ctx = n_ctx, .max_batch = 512, .cpu_experts = cpu_experts}));
   std::uniform_int_distribution<int32_t> tok(0, int32_t(gpu.spec().n_vocab) - 1);
   std::vector<int32_t> prompt(size_t(std::max<int64_t>(p, 1)));
   for (auto& t : prompt) t = tok(rng);
@@ -67,6 +68,7 @@ Result<Rep> one_rep(const cuda::GpuModel& gpu, uint32_t n_ctx, int64_t p, int64_
     next = s->argmax();
   }
   r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.cpu_experts = s->cpu_experts_computed();
   mem.sample();
   return r;
 }
@@ -95,7 +97,9 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
     std::fprintf(stderr, "diskformer bench: %s on %s, %s of weights uploaded in %.1f s; %s\n", a.path.c_str(),
                  dev.name.c_str(), format_size(gpu.device_bytes()).c_str(), upload_s, residency.c_str());
   std::mt19937 rng(1234);
-  if (auto warm = one_rep(gpu, host.n_ctx(), std::min<int64_t>(8, a.prompts.front()), 4, rng, mem); !warm)
+  cpu::Context* cpu_experts = a.cpu_experts && cache ? &host.context() : nullptr;
+  if (auto warm = one_rep(gpu, host.n_ctx(), std::min<int64_t>(8, a.prompts.front()), 4, rng, mem, cpu_experts);
+      !warm)
     return fail(warm.error().message);
   for (int64_t p : a.prompts)
     for (int64_t n : a.gens) {
@@ -106,12 +110,14 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
       host.weights().reset_stream_stats();
       std::vector<double> pre, dec;
       double timed_s = 0;
+      uint64_t cpu_count = 0;
       for (int64_t r = 0; r < a.reps; ++r) {
-        auto rep = one_rep(gpu, host.n_ctx(), p, n, rng, mem);
+        auto rep = one_rep(gpu, host.n_ctx(), p, n, rng, mem, cpu_experts);
         if (!rep) return fail(rep.error().message);
         if (p > 0) pre.push_back(double(p) / rep->prefill_s);
         if (n > 0) dec.push_back(double(n) / rep->decode_s);
         timed_s += rep->prefill_s + rep->decode_s;
+        cpu_count += rep->cpu_experts;
       }
       const Summary sp = summarize(pre), sd = summarize(dec);
       json j = {{"model", std::filesystem::path(a.path).filename().string()},
@@ -140,7 +146,11 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
         const cuda::ExpertCacheStats cs = cache->stats();
         const engine::DiskStats ds = host.weights().stats();
         j["gpu_slots"] = cache->slots();
-        j["expert_hit_rate"] = cs.table.hit_rate();
+        // Of all expert uses: found in the GPU cache (the CPU's share counts as not found).
+        const uint64_t uses = cs.table.lookups() + cpu_count;
+        j["expert_hit_rate"] = uses ? double(cs.table.hits + cs.table.late_hits) / double(uses) : 0.0;
+        j["cpu_experts"] = cpu_count;
+        j["cpu_expert_share"] = uses ? double(cpu_count) / double(uses) : 0.0;
         j["bytes_from_ram"] = cs.table.bytes_loaded;
         j["bytes_from_disk"] = ds.streamed_bytes_read;
         j["h2d_GBps"] = cs.h2d_GBps();

@@ -21,6 +21,7 @@ struct BenchCudaArgs {
   int64_t reps = 3;
   bool json = false, quiet = false;
   std::optional<uint64_t> gpu_budget, ram_budget;
+  bool cpu_experts = false;  // streamed decode computes some missed experts on the CPU (--cpu-experts)
 };
 
 int bench_cuda(engine::Model& host, const BenchCudaArgs& a);

@@ -59,15 +59,24 @@ TEST_P(GpuStream, GoldCasesMatchWithAFewExpertsPerLayer) {
   ASSERT_TRUE(gpu);
   ASSERT_NE(gpu->expert_cache(), nullptr);
   PieceDecoder pieces(host->file());
-  for (const auto& c : cases) {
-    auto s = cuda::GpuSession::create(*gpu, {.n_ctx = 1024});
-    ASSERT_TRUE(s.ok()) << s.error().message;
-    const auto ids = greedy(**s, c.prompt_ids, c.n_predict);
-    std::string text;
-    for (int32_t id : ids) text += pieces.piece(id);
-    std::printf("[gpu-stream-gold] %-14s slots %u robust=%d common prefix %zu/%zu bytes\n", name.c_str(), slots,
-                c.robust, common_prefix(text, c.completion), c.completion.size());
-    if (c.robust) EXPECT_EQ(text, c.completion) << name << " prompt: " << c.prompt;
+  // Also with decode's missed experts shared with the CPU.
+  for (cpu::Context* cpu : {static_cast<cpu::Context*>(nullptr), &host->context()}) {
+    uint64_t cpu_count = 0;
+    for (const auto& c : cases) {
+      auto s = cuda::GpuSession::create(*gpu, {.n_ctx = 1024, .cpu_experts = cpu});
+      ASSERT_TRUE(s.ok()) << s.error().message;
+      const auto ids = greedy(**s, c.prompt_ids, c.n_predict);
+      cpu_count += (*s)->cpu_experts_computed();
+      std::string text;
+      for (int32_t id : ids) text += pieces.piece(id);
+      std::printf("[gpu-stream-gold] %-14s slots %u cpu share %d robust=%d common prefix %zu/%zu bytes\n",
+                  name.c_str(), slots, cpu != nullptr, c.robust, common_prefix(text, c.completion),
+                  c.completion.size());
+      if (c.robust) EXPECT_EQ(text, c.completion) << name << " cpu share " << (cpu != nullptr) << " prompt: " << c.prompt;
+    }
+    std::printf("[gpu-stream-gold] %-14s experts computed on the CPU: %llu\n", name.c_str(),
+                (unsigned long long)cpu_count);
+    if (cpu) EXPECT_GT(cpu_count, 0u);  // the small models' experts are quick for the CPU: it takes a share
   }
   const cuda::ExpertCacheStats st = gpu->expert_cache()->stats();
   std::printf("[gpu-stream-gold] %-14s hits %llu misses %llu, %.1f MB copied at %.1f GB/s\n", name.c_str(),

@@ -5,7 +5,11 @@
 //   - Otherwise (prefill): the layer's distinct experts in groups of half the slots, so the copies of the next
 //     group overlap the products of this one (the cache orders each copy after the kernels that last read its
 //     slot). Each group multiplies only its (token, slot) pairs, from a plan built on the host, where the ids are.
+//   - Decode with a CPU context (GpuSessionOptions::cpu_experts): of the experts missing from the cache, as many as
+//     the measured rates say finish no later than the copies of the rest are computed on the CPU from host RAM while
+//     the GPU copies and multiplies the others; their rows join the GPU's before the combine, in routing order.
 #include <algorithm>
+#include <chrono>
 
 #include "diskformer/backend/cuda/gpu_forward.h"
 #include "diskformer/backend/cuda/pinned.h"
@@ -40,6 +44,12 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
   reserve_pinned(ids_host_, uint64_t(nk) * 4);
   int32_t* ids = reinterpret_cast<int32_t*>(ids_host_.data());
   DF_CUDA_CHECK(cudaMemcpyAsync(ids, ids_.data(), nk * 4, cudaMemcpyDeviceToHost, stream_));
+  // The CPU's share needs the normed row too (the source's views must outlive this layer: RAM-resident experts).
+  const bool split = n == 1 && opt_.cpu_experts != nullptr && cache.source().max_experts_per_call() == 0;
+  if (split) {
+    reserve_pinned(xn_host_, uint64_t(E) * 4);
+    DF_CUDA_CHECK(cudaMemcpyAsync(xn_host_.data(), xn_.data(), E * 4, cudaMemcpyDeviceToHost, stream_));
+  }
   DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
 
   // The layer's distinct experts in first-use order, and each one's index in that list.
@@ -53,9 +63,11 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
       distinct_.push_back(e);
     }
   }
+  cpu_ids_.clear();
+  if (split) take_cpu_share(cache, il);  // moves some missed experts from distinct_ to cpu_ids_
   const int64_t D = int64_t(distinct_.size());
   const int64_t G = D <= int64_t(slots) / 2 ? D : std::max<int64_t>(K, slots / 2);
-  const int64_t n_groups = (D + G - 1) / G;
+  const int64_t n_groups = D ? (D + G - 1) / G : 0;  // none when the CPU takes every expert
 
   // Host plan regions, one per group: a group's copies to the device may still be pending while the next group's
   // plan is written. Each region: slot per (token, k) [nk], then order [nk] and tiles [1 + 3 * max_tiles].
@@ -69,7 +81,7 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
   int32_t* order_dev = slot_dev + nk;
   int32_t* tiles_dev = order_dev + nk;
 
-  const bool one_fused_group = fused && n_groups == 1;
+  const bool one_fused_group = fused && n_groups == 1 && cpu_ids_.empty();
   if (!one_fused_group) {
     reserve_device(act_, uint64_t(nk) * F * 4);
     if (ts <= 8) reserve_device(gathered_, uint64_t(nk) * std::max(E, F) * 4);  // the warp-per-row path gathers
@@ -145,9 +157,73 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
     moe_matmul_grouped(dn);
     cache.release(stream_);
   }
+  if (!cpu_ids_.empty()) cpu_share(il, ids, K);
   moe_combine({.expert_out = expert_out_.as<float>(), .weights = wts_.as<float>(), .out = proj_.as<float>(),
                .n_tok = n, .n_embd = E, .n_used = K, .stream = stream_});
   add({.x = x_.as<float>(), .y = proj_.as<float>(), .n = n * E, .stream = stream_});
+}
+
+// Chooses the CPU's share of one token's experts: of those missing from the cache (they would be copied), the last
+// c in routing order, with c minimizing max(c * CPU time per expert, (misses - c) * copy time per expert) from the
+// rates measured so far (ties: fewer on the CPU).
+void GpuSession::take_cpu_share(GpuExpertCache& cache, uint32_t il) {
+  std::vector<int32_t> missed;
+  for (int32_t e : distinct_)
+    if (!cache.contains(il, e)) missed.push_back(e);
+  const double bytes = double(cache.slot_bytes());
+  const double gpu = bytes * (cache.h2d_s_per_byte() > 0 ? cache.h2d_s_per_byte() : 1.0 / 50e9);
+  const double cpu = bytes * cpu_s_per_byte_;
+  const int64_t M = int64_t(missed.size());
+  int64_t best = 0;
+  for (int64_t c = 1; c <= M; ++c)
+    if (std::max(c * cpu, (M - c) * gpu) < std::max(best * cpu, (M - best) * gpu)) best = c;
+  cpu_ids_.assign(missed.end() - best, missed.end());
+  for (int32_t e : cpu_ids_) {
+    distinct_.erase(std::find(distinct_.begin(), distinct_.end(), e));
+    where_[e] = -1;
+  }
+  for (size_t i = 0; i < distinct_.size(); ++i) where_[distinct_[i]] = int32_t(i);
+}
+
+// The CPU's share of a decode step (one token): gate, up, SwiGLU and down of each expert in cpu_ids_ from host RAM,
+// as the CPU engine computes them; the rows go to expert_out_ at their routing positions, behind the GPU's work on
+// the same stream.
+void GpuSession::cpu_share(uint32_t il, const int32_t* ids, int K) {
+  const model::ModelSpec& s = model_.spec();
+  const int64_t E = s.n_embd, F = s.n_ff_expert, C = int64_t(cpu_ids_.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<std::vector<model::ExpertWeights>> ew = model_.expert_cache()->source().experts(il, cpu_ids_);
+  if (!ew) {
+    stream_status_ = ew.take_error();
+    return;
+  }
+  cpu_gate_.resize(size_t(C * F));
+  cpu_up_.resize(size_t(C * F));
+  reserve_pinned(cpu_out_host_, uint64_t(K) * E * 4);
+  const float* xn = reinterpret_cast<const float*>(xn_host_.data());
+  float* out = reinterpret_cast<float*>(cpu_out_host_.data());
+  std::vector<cpu::MatmulJob> jobs;
+  for (int64_t c = 0; c < C; ++c) {
+    jobs.push_back({&(*ew)[c].gate, xn, 1, cpu_gate_.data() + c * F});
+    jobs.push_back({&(*ew)[c].up, xn, 1, cpu_up_.data() + c * F});
+  }
+  cpu::matmul_many(*opt_.cpu_experts, jobs);
+  cpu::swiglu(cpu_gate_.data(), cpu_up_.data(), C * F, cpu_gate_.data());
+  jobs.clear();
+  for (int64_t c = 0; c < C; ++c) jobs.push_back({&(*ew)[c].down, cpu_gate_.data() + c * F, 1, out + c * E});
+  cpu::matmul_many(*opt_.cpu_experts, jobs);
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  uint64_t bytes = 0;
+  for (const model::ExpertWeights& w : *ew)
+    for (const model::Mat* m : {&w.gate, &w.up, &w.down}) bytes += m->row_bytes * uint64_t(m->rows);
+  cpu_s_per_byte_ = 0.75 * cpu_s_per_byte_ + 0.25 * dt / double(bytes);
+  cpu_expert_count_ += uint64_t(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t k = std::find(ids, ids + K, cpu_ids_[size_t(c)]) - ids;
+    DF_CHECK(k < K);
+    DF_CUDA_CHECK(cudaMemcpyAsync(expert_out_.as<float>() + k * E, out + c * E, E * 4, cudaMemcpyHostToDevice,
+                                  stream_));
+  }
 }
 
 }  // namespace df::cuda

@@ -67,6 +67,16 @@ class GpuExpertCache {
   // into one of them waits for those kernels.
   void release(cudaStream_t compute);
 
+  // Whether layer il's expert e is in a slot now (no counting, no pin).
+  bool contains(uint32_t il, int32_t e) const {
+    const cache::SlotId s = table_.find(uint64_t(il) * spec_.n_expert + uint32_t(e));
+    return s != cache::kNoSlot && table_.state(s) == cache::SlotState::kReady;
+  }
+  // Seconds per byte copied to the GPU so far, from copies already timed (no waiting); 0 before any.
+  double h2d_s_per_byte() const {
+    return table_.stats().bytes_loaded && h2d_seconds_ > 0 ? h2d_seconds_ / double(table_.stats().bytes_loaded) : 0;
+  }
+  model::WeightSource& source() { return source_; }
   // Counters since creation or reset_stats(); waits for the copies in flight to time them.
   ExpertCacheStats stats();
   void reset_stats();

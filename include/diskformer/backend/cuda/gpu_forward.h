@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "diskformer/backend/cpu/ops.h"
 #include "diskformer/backend/cuda/buffer.h"
 #include "diskformer/backend/cuda/expert_cache.h"
 #include "diskformer/backend/cuda/kernels.h"
@@ -104,6 +105,10 @@ struct GpuSessionOptions {
   // Batches of several tokens multiply the routed experts grouped by expert (moe_matmul_grouped: each expert's
   // weights read once per 8 of its tokens) instead of once per (token, slot).
   bool grouped_experts = true;
+  // Streamed experts, one token at a time: experts missing from the GPU cache may be computed here, on the CPU from
+  // host RAM, while the others are copied to the GPU -- as many as the measured rates of the two say finish first.
+  // Only for sources whose expert views stay valid (max_experts_per_call() == 0: every expert in RAM).
+  cpu::Context* cpu_experts = nullptr;
 };
 
 // One sequence on the GPU: its KV cache (f16, [n_layer][n_ctx][kv_dim]), work buffers, a stream of its own.
@@ -131,6 +136,8 @@ class GpuSession {
   uint32_t n_ctx() const { return opt_.n_ctx; }
   // GPU memory this session holds: KV cache, RoPE table and work buffers (the weights are the model's).
   uint64_t device_bytes() const;
+  // Streamed experts the CPU computed instead of the GPU (GpuSessionOptions::cpu_experts).
+  uint64_t cpu_experts_computed() const { return cpu_expert_count_; }
   // Forgets positions from n_keep on (their cache entries are overwritten by the next eval).
   void truncate(uint32_t n_keep);
 
@@ -146,6 +153,9 @@ class GpuSession {
   // The routed experts of layer il through the model's expert cache (gpu_session_stream.cpp): xq holds xn's Q8_0
   // blocks when `fused` (the two-launch decode path applies); adds the experts' output into x.
   void moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, const uint8_t* xq, bool fused);
+  // Streamed decode's CPU share (opt_.cpu_experts): which missed experts, and computing them.
+  void take_cpu_share(GpuExpertCache& cache, uint32_t il);
+  void cpu_share(uint32_t il, const int32_t* ids, int K);
   const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::initializer_list<const DMat*> ws);
   void products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const DMat*, float*>> outs);
   void add_product(const DMat& w, const float* in, int64_t n);
@@ -184,6 +194,11 @@ class GpuSession {
   DeviceBuffer xq_stream_;                  // xn's Q8_0 blocks, read by every group's gate and up
   std::vector<int32_t> where_, distinct_, group_slots_;
   std::vector<int64_t> first_, fill_;
+  io::AlignedBuffer xn_host_, cpu_out_host_;  // pinned: the normed row, the CPU's expert outputs [n_used][n_embd]
+  std::vector<float> cpu_gate_, cpu_up_;
+  std::vector<int32_t> cpu_ids_;
+  double cpu_s_per_byte_ = 1.0 / 20e9;  // measured: the CPU's time per expert byte (starts at a guess)
+  uint64_t cpu_expert_count_ = 0;       // experts the CPU computed
 };
 
 }  // namespace df::cuda
