@@ -458,5 +458,46 @@ TEST(DecodeThroughput, RoutedExpertsQ4_0) {
               K, X, (long long)F, (long long)E, ms, gb / ms, ms_gu, gb_gu / ms_gu, ms_old, gb / ms_old);
 }
 
+// The MoE router of one layer: the F32 128 x 2048 product for one token (a block per row) and for a 512-token
+// prefill batch (cuBLAS), then the routing kernel; sampled rows against the CPU within the summation-order bound.
+TEST(DecodeThroughput, RouterF32AndRoute) {
+  DF_REQUIRE_GPU();
+  const int64_t X = 128, E = 2048, n_batch = 512;
+  const HostMat w = random_mat(GgmlType::F32, X, E, 261);
+  auto dw = upload(w);
+  const cuda::DMat m = dmat(w, dw);
+  const auto x = random_floats(n_batch * E, 262, -2.0f, 2.0f);
+  auto dx = cuda::to_device(x);
+  cuda::DeviceBuffer dy(n_batch * X * 4), ids(8 * 4), wts(8 * 4);
+  auto ctx = scalar_context();
+  std::vector<float> want(X);
+  for (int64_t n_tok : {int64_t(1), n_batch}) {
+    const double ms = time_ms(20, [&] {
+      cuda::matmul({.w = m, .x = dx.as<float>(), .n_tok = n_tok, .y = dy.as<float>()});
+    });
+    const auto got = download<float>(dy, n_tok * X);
+    const int64_t t = n_tok - 1;  // the last token's rows
+    cpu::matmul(ctx, w.mat(), x.data() + t * E, 1, want.data());
+    double worst = 0;
+    for (int64_t r = 0; r < X; ++r) {
+      const double tol = 1.1 * sum_order_tolerance(E, abs_dot(w, r, x.data() + t * E));
+      const double diff = std::fabs(double(got[t * X + r]) - double(want[r]));
+      worst = std::max(worst, diff / tol);
+      ASSERT_LE(diff, tol) << "n_tok " << n_tok << " row " << r;
+    }
+    std::printf("[decode-throughput] router F32 %lldx%lld n_tok %lld: %.4f ms, %.0f GB/s of weights, %.2f TFLOP/s; "
+                "worst diff %.3f of tolerance\n",
+                (long long)X, (long long)E, (long long)n_tok, ms, double(w.bytes.size()) / 1e6 / ms,
+                2.0 * double(X * E * n_tok) / 1e9 / ms, worst);
+  }
+  const double ms = time_ms(50, [&] {
+    cuda::route({.logits = dy.as<float>(), .n_tok = 1, .n_expert = int(X), .n_used = 8, .norm_topk = true,
+                 .ids = ids.as<int32_t>(), .weights = wts.as<float>()});
+  });
+  const auto gid = download<int32_t>(ids, 8);
+  for (int32_t id : gid) ASSERT_TRUE(id >= 0 && id < X) << id;
+  std::printf("[decode-throughput] route %lld experts top-8, one token: %.4f ms\n", (long long)X, ms);
+}
+
 }  // namespace
 }  // namespace df::test

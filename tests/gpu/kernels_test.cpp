@@ -102,7 +102,10 @@ INSTANTIATE_TEST_SUITE_P(
                       MatmulCase{GgmlType::Q8_0, 67, 512, 1}, MatmulCase{GgmlType::Q8_0, 33, 1024, 9},
                       MatmulCase{GgmlType::F16, 67, 96, 1}, MatmulCase{GgmlType::F16, 41, 1000, 8},
                       MatmulCase{GgmlType::BF16, 67, 96, 1}, MatmulCase{GgmlType::BF16, 41, 1000, 17},
-                      MatmulCase{GgmlType::F32, 67, 100, 1}, MatmulCase{GgmlType::F32, 5, 64, 3}),
+                      MatmulCase{GgmlType::F32, 67, 100, 1}, MatmulCase{GgmlType::F32, 5, 64, 3},
+                      // a block per row (n_tok <= 4), and cuBLAS (F32, n_tok >= 16): the router's shape
+                      MatmulCase{GgmlType::F32, 130, 2048, 4}, MatmulCase{GgmlType::F32, 130, 2048, 37},
+                      MatmulCase{GgmlType::F16, 41, 1000, 4}, MatmulCase{GgmlType::BF16, 67, 96, 3}),
     [](const auto& i) {
       return std::string(gguf::type_name(i.param.type)) + "_" + std::to_string(i.param.rows) + "x" + std::to_string(i.param.cols) +
              "_tok" + std::to_string(i.param.n_tok);
@@ -313,11 +316,14 @@ void cpu_route(const float* logits, int n_expert, int n_used, bool norm, int32_t
 // 3 ulp, carried through the softmax sum, its reciprocal and the renormalization).
 TEST(CudaKernels, RouteSelectsTheCpuExpertsAndWeights) {
   DF_REQUIRE_GPU();
-  for (auto [n_expert, n_used] : {std::pair{8, 2}, std::pair{128, 8}, std::pair{60, 4}}) {
+  for (auto [n_expert, n_used] : {std::pair{8, 2}, std::pair{128, 8}, std::pair{60, 4}, std::pair{1000, 32}}) {
     for (bool norm : {true, false}) {
       const int64_t n_tok = 5;
       auto logits = random_floats(n_tok * n_expert, 71 + n_expert, -4.0f, 4.0f);
       logits[3] = logits[5] = 9.0f;  // token 0: two equal best experts
+      // token 1: all equal, so the selection is experts 0 .. n_used - 1; token 2: a tie across the cut
+      std::fill(logits.begin() + n_expert, logits.begin() + 2 * n_expert, 0.5f);
+      for (int i = 0; i < n_used + 1; ++i) logits[2 * n_expert + (n_expert - 1 - 2 * i % n_expert)] = 7.0f;
       std::vector<int32_t> wid(n_tok * n_used);
       std::vector<float> ww(n_tok * n_used);
       for (int64_t t = 0; t < n_tok; ++t)

@@ -1,13 +1,13 @@
 // Decode kernels: the products and element-wise steps of a step of one (or a few) tokens, fused so that a layer
 // takes a handful of launches, each reading its weights at close to the memory's speed.
 //
-// Weight rows are staged into shared memory with 16-byte asynchronous copies (every copy of a block in flight at
-// once, many blocks per SM), and the Q8_0 activations sit in shared memory beside them. The dot products then run
-// exactly as matmul.cu's row_dot: lane l accumulates blocks l, l + 32, ... in order with the same f32 operations, and
-// the warp butterfly reduces the 32 partial sums. So each product equals matmul's bit for bit, and the fused
+// Each warp reads its weight rows straight from global memory, as aligned 4-byte words (a Q4_0 block of 18 bytes
+// or a Q8_0 block of 34 starts at byte 0 or 2 of a word), every row of a step loaded before any is used, so that
+// many loads are in flight per SM and no shared memory limits occupancy. The Q8_0 activations sit in shared memory
+// as 9 words per block (stage_act), which the 32 lanes read without bank conflicts. The dot products then run
+// exactly as matmul.cu's row_dot: lane l accumulates blocks l, l + 32, ... in order with the same f32 operations,
+// and the warp butterfly reduces the 32 partial sums. So each product equals matmul's bit for bit, and the fused
 // epilogues (residual add, SwiGLU, Q8_0 quantization, routed-expert combine) repeat the unfused kernels' roundings.
-#include <cuda_pipeline.h>
-
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -22,23 +22,28 @@ using gguf::GgmlType;
 
 namespace {
 
-constexpr int kMvWarps = 4;                       // decode_matvec: 4 warps of 2 rows each
-constexpr int kMvRowsPerWarp = 2;
-constexpr int kMvRows = kMvWarps * kMvRowsPerWarp;
+constexpr int kMvWarps = 8;                       // decode_matvec: a weight row per warp
+constexpr int kMvRows = kMvWarps;
 static_assert(kMvRows == kDecodeRowsPerBlock);
-constexpr int kGuWarps = 8;                       // moe_decode_gate_up: 32 gate and 32 up rows (one Q8_0 block)
+constexpr int kGuWarps = 16;                      // moe_decode_gate_up: 32 gate and 32 up rows (one Q8_0 block)
 constexpr int kGuRows = 32;
-constexpr int kDnWarps = 4;                       // moe_decode_down: 8 output rows of every selected expert
-constexpr int kDnRowsPerWarp = 2;
-constexpr int kDnRows = kDnWarps * kDnRowsPerWarp;
+constexpr int kGuRowsPerWarp = kGuRows / kGuWarps;  // of gate, and as many of up
+constexpr int kDnWarps = 8;                       // moe_decode_down: an output row per warp, every selected expert
+constexpr int kDnRows = kDnWarps;
+constexpr int kDnChunk = 8;                       // experts whose rows one step of a warp loads together
+constexpr int kMaxUsed = 64;                      // moe_decode_*: selected experts per token
 constexpr int kNormThreads = 256;                 // as rms_norm.cu, so the square sums run in the same order
 constexpr int kMaxHeadDim = 512;
+constexpr int kActWords = 9;                      // a staged Q8_0 block: 8 words of int8 quads, then the f32 scale
 
 bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
 __host__ __device__ inline uint64_t q8_bytes(int64_t cols) { return uint64_t(cols / dev::kQK) * dev::kQ8Bytes; }
-__host__ __device__ inline uint64_t round16(uint64_t n) { return (n + 15) / 16 * 16; }
+__host__ __device__ inline uint64_t act_bytes(int64_t cols) { return uint64_t(cols / dev::kQK) * kActWords * 4; }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Rows the kernels read as aligned words: 16-byte aligned rows (data and row_bytes), which also leaves room for the
+// 2 bytes past the last block that its word window may cover (an odd block count leaves the row's used bytes 2 short
+// of a multiple of 4).
 bool rows_stageable(const DMat& w) {
   return w.data != nullptr && quantized(w.type) && w.cols > 0 && w.cols % dev::kQK == 0 && w.rows > 0 &&
          aligned16(w.data) && w.row_bytes % 16 == 0 &&
@@ -60,59 +65,108 @@ void allow_smem(Kernel kernel, uint64_t bytes) {
     DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-// Starts the asynchronous copy of n bytes (a multiple of 16; both ends 16-byte aligned) into shared memory, spread
-// over the block's threads. The caller commits and waits.
-__device__ __forceinline__ void stage_async(uint8_t* dst, const uint8_t* src, uint64_t n) {
-  for (uint64_t i = uint64_t(threadIdx.x) * 16; i < n; i += uint64_t(blockDim.x) * 16)
-    __pipeline_memcpy_async(dst + i, src + i, 16);
+// n_blocks Q8_0 blocks (34 bytes each, contiguous, 2-byte aligned) into dst as kActWords words per block: word k < 8
+// holds elements 4k .. 4k+3 (as load_i32_a2 reads them), word 8 the f16 scale widened to f32. Lane l reads words
+// 9b .. 9b+8 of block b = l + 32i; 9 is odd, so the 32 lanes fall in 32 different banks. The caller synchronizes.
+__device__ __forceinline__ void stage_act(int* dst, const uint8_t* src, int64_t n_blocks) {
+  for (int64_t w = threadIdx.x; w < n_blocks * kActWords; w += blockDim.x) {
+    const int64_t b = w / kActWords;
+    const int k = int(w - b * kActWords);
+    const uint8_t* sb = src + b * dev::kQ8Bytes;
+    dst[w] = k < 8 ? dev::load_i32_a2(sb + 2 + 4 * k)
+                   : __float_as_int(dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(sb)));
+  }
 }
 
-// n bytes (even) of Q8_0 blocks into shared memory, 2 bytes at a time (the blocks are only 2-byte aligned).
-__device__ __forceinline__ void copy_q8(uint8_t* dst, const uint8_t* src, uint64_t n) {
-  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
-  uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-  for (uint64_t i = threadIdx.x; i < n / 2; i += blockDim.x) d[i] = s[i];
-}
-
-// n_blocks Q8_0 blocks of x (f32, contiguous) into dst, a warp per block as quantize_q8_0.
-__device__ __forceinline__ void quantize_to(uint8_t* dst, const float* x, int64_t n_blocks) {
+// n_blocks blocks of x (f32, contiguous) quantized into dst in stage_act's layout, a warp per block with
+// quantize_block_q8_0's operations (the scale rounded through f16, as the stored block holds it).
+__device__ __forceinline__ void quantize_act(int* dst, const float* x, int64_t n_blocks) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-  for (int64_t b = warp; b < n_blocks; b += n_warps)
-    dev::quantize_block_q8_0(x[b * dev::kQK + lane], dst + b * dev::kQ8Bytes, lane);
+  for (int64_t b = warp; b < n_blocks; b += n_warps) {
+    const float v = x[b * dev::kQK + lane];
+    const float amax = dev::warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    reinterpret_cast<int8_t*>(dst + b * kActWords)[lane] = int8_t(rintf(v * id));
+    if (lane == 0) dst[b * kActWords + 8] = __float_as_int(dev::f16_to_f32(dev::f32_to_f16(d)));
+  }
 }
 
-// Lane `lane`'s partial dot products of one weight row w (nb blocks) with nt (<= NT) Q8_0 activation rows at
-// act + j * act_stride: matmul.cu's row_dot for the quantized types, operation for operation.
-template <GgmlType T, int NT>
-__device__ __forceinline__ void lane_dots(const uint8_t* w, int nb, const uint8_t* act, int act_stride, int nt,
-                                          int lane, float (&acc)[NT]) {
-  for (int b = lane; b < nb; b += 32) {
-    int wq[8];  // 32 signed weights as 8 packed int32 (elements 4k .. 4k+3 in wq[k])
-    float dw;
-    if constexpr (T == GgmlType::Q4_0) {
-      const uint8_t* wb = w + b * dev::kQ4Bytes;
-      dw = dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(wb));
+template <GgmlType T>
+constexpr int kRawWords = T == GgmlType::Q4_0 ? 5 : 9;  // aligned words covering one block
+
+// The aligned words covering block b of a row that starts 4-byte aligned. Weights are read once: no L1 allocation.
+template <GgmlType T>
+__device__ __forceinline__ void load_raw(const uint8_t* row, int b, uint32_t (&raw)[kRawWords<T>]) {
+  const uint32_t o = uint32_t(b) * (T == GgmlType::Q4_0 ? dev::kQ4Bytes : dev::kQ8Bytes);
+  const uint32_t* p = reinterpret_cast<const uint32_t*>(row + (o & ~3u));
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const uint32_t q = uint32_t(dev::load_i32_a2(wb + 2 + 4 * k));
-        wq[k] = int(__vsubss4(q & 0x0f0f0f0fu, 0x08080808u));
-        wq[k + 4] = int(__vsubss4((q >> 4) & 0x0f0f0f0fu, 0x08080808u));
-      }
-    } else {
-      const uint8_t* wb = w + b * dev::kQ8Bytes;
-      dw = dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(wb));
+  for (int i = 0; i < kRawWords<T>; ++i) raw[i] = __ldcs(p + i);
+}
+
+// Block b's scale and its 32 signed weights as 8 packed int32 (elements 4k .. 4k+3 in wq[k]), from load_raw's
+// words: the block starts at byte 2 of the first word when b * block bytes is 2 mod 4, else at byte 0.
+template <GgmlType T>
+__device__ __forceinline__ float unpack_raw(const uint32_t (&raw)[kRawWords<T>], int b, int (&wq)[8]) {
+  const bool odd = ((uint32_t(b) * (T == GgmlType::Q4_0 ? dev::kQ4Bytes : dev::kQ8Bytes)) & 2u) != 0;
+  const uint16_t dbits = uint16_t(odd ? raw[0] >> 16 : raw[0] & 0xffffu);
+  if constexpr (T == GgmlType::Q4_0) {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) wq[k] = dev::load_i32_a2(wb + 2 + 4 * k);
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t q = odd ? raw[k + 1] : __funnelshift_r(raw[k], raw[k + 1], 16);
+      wq[k] = int(__vsubss4(q & 0x0f0f0f0fu, 0x08080808u));
+      wq[k + 4] = int(__vsubss4((q >> 4) & 0x0f0f0f0fu, 0x08080808u));
     }
+  } else {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      if (j < nt) {
-        const uint8_t* ab = act + j * act_stride + b * dev::kQ8Bytes;
-        const float da = dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(ab));
-        int p = 0;
+    for (int k = 0; k < 8; ++k) wq[k] = int(odd ? raw[k + 1] : __funnelshift_r(raw[k], raw[k + 1], 16));
+  }
+  return dev::f16_to_f32(dbits);
+}
+
+// Lane `lane`'s partial dot products of nr (<= R) weight rows (rows[r], nb blocks each) with nt (<= NT) staged
+// activation rows at act[r] + j * act_words: matmul.cu's row_dot for the quantized types, operation for operation
+// (the lane's blocks in increasing order). A step loads the words of U of the lane's blocks of every row before
+// any is used, so a lane keeps U * R blocks' loads in flight. kSameAct: every row takes act[0], whose words are then
+// read once per block, not once per row.
+template <GgmlType T, int R, int U, int NT, bool kSameAct>
+__device__ __forceinline__ void rows_dots(const uint8_t* const (&rows)[R], const int* const (&act)[R], int nr,
+                                          int nb, int act_words, int nt, int lane, float (&acc)[R][NT]) {
+  for (int b0 = lane; b0 < nb; b0 += 32 * U) {
+    uint32_t raw[U][R][kRawWords<T>];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) p = __dp4a(wq[k], dev::load_i32_a2(ab + 2 + 4 * k), p);
-        acc[j] = fmaf(dw * da, float(p), acc[j]);
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (b0 + 32 * u < nb && r < nr) load_raw<T>(rows[r], b0 + 32 * u, raw[u][r]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + 32 * u;
+      if (b >= nb) break;
+      int same[kSameAct ? NT : 1][kActWords];
+      if constexpr (kSameAct) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          if (j < nt)
+#pragma unroll
+            for (int k = 0; k < kActWords; ++k) same[j][k] = act[0][j * act_words + b * kActWords + k];
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= nr) break;
+        int wq[8];
+        const float dw = unpack_raw<T>(raw[u][r], b, wq);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if (j < nt) {
+            const int* ab = act[r] + j * act_words + b * kActWords;
+            const float da = __int_as_float(kSameAct ? same[j][8] : ab[8]);
+            int p = 0;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) p = __dp4a(wq[k], kSameAct ? same[j][k] : ab[k], p);
+            acc[r][j] = fmaf(dw * da, float(p), acc[r][j]);
+          }
+        }
       }
     }
   }
@@ -137,48 +191,37 @@ struct MvParams {
   int nt;
 };
 
-// grid: the parts' tiles of kMvRows rows, in part order. Shared memory: the activations (round16(nt * nb * 34)
-// bytes), then the tile's weight rows.
+// grid: the parts' tiles of kMvRows rows, in part order; warp w takes row w of the tile. Shared memory: the
+// activations, nt * act_bytes(cols).
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kMvWarps * 32) decode_matvec_kernel(const __grid_constant__ MvParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(16) int s_act[];
   const int64_t tile = blockIdx.x;
   const int pi = p.n_parts > 2 && tile >= p.part[2].first_tile ? 2 : p.n_parts > 1 && tile >= p.part[1].first_tile;
   const MvPart& m = p.part[pi];
-  const int64_t r0 = (tile - m.first_tile) * kMvRows;
-  const int n_rows = int(min(int64_t(kMvRows), m.rows - r0));
   const int nb = int(p.cols / dev::kQK);
-  const int act_stride = nb * dev::kQ8Bytes;
-  uint8_t* s_act = smem;
-  uint8_t* s_w = smem + round16(uint64_t(p.nt) * act_stride);
-  stage_async(s_w, m.w + r0 * m.row_bytes, uint64_t(n_rows) * m.row_bytes);
-  __pipeline_commit();
-  // The activations while the weights are in flight.
-  if (p.x_q8 != nullptr) copy_q8(s_act, p.x_q8, uint64_t(p.nt) * act_stride);
-  else quantize_to(s_act, p.x, int64_t(p.nt) * nb);
-  __pipeline_wait_prior(0);
+  const int act_words = nb * kActWords;
+  if (p.x_q8 != nullptr) stage_act(s_act, p.x_q8, int64_t(p.nt) * nb);
+  else quantize_act(s_act, p.x, int64_t(p.nt) * nb);
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t r = (tile - m.first_tile) * kMvRows + warp;
+  if (r >= m.rows) return;  // the whole warp; no barrier follows
+  const uint8_t* rows[1] = {m.w + r * m.row_bytes};
+  const int* acts[1] = {s_act};
+  float acc[1][NT] = {};
+  rows_dots<T, 1, 4, NT, true>(rows, acts, 1, nb, act_words, p.nt, lane, acc);
 #pragma unroll
-  for (int i = 0; i < kMvRowsPerWarp; ++i) {
-    const int rr = warp * kMvRowsPerWarp + i;
-    if (rr >= n_rows) break;  // the same for the whole warp
-    float acc[NT] = {};
-    lane_dots<T, NT>(s_w + rr * m.row_bytes, nb, s_act, act_stride, p.nt, lane, acc);
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const float s = dev::warp_sum(acc[j]);
-      if (lane == 0 && j < p.nt) {
-        const int64_t idx = j * m.rows + r0 + rr;
-        m.y[idx] = m.residual != nullptr ? __fadd_rn(m.residual[idx], s) : s;
-      }
+  for (int j = 0; j < NT; ++j) {
+    const float s = dev::warp_sum(acc[0][j]);
+    if (lane == 0 && j < p.nt) {
+      const int64_t idx = j * m.rows + r;
+      m.y[idx] = m.residual != nullptr ? __fadd_rn(m.residual[idx], s) : s;
     }
   }
 }
 
-uint64_t matvec_smem(const DMat& w, int64_t n_tok) {
-  return round16(uint64_t(n_tok) * q8_bytes(w.cols)) + uint64_t(kMvRows) * w.row_bytes;
-}
+uint64_t matvec_smem(const DMat& w, int64_t n_tok) { return uint64_t(n_tok) * act_bytes(w.cols); }
 
 template <GgmlType T, int NT>
 void launch_matvec(const MvParams& p, int64_t tiles, uint64_t smem, cudaStream_t stream) {
@@ -260,105 +303,105 @@ __global__ void __launch_bounds__(kNormThreads)
 
 // ---- moe_decode_gate_up
 
-// grid: (n_ff / 32, n_tok * n_used). Shared memory: token t's activations (round16), 32 gate rows, 32 up rows, then
-// the 2 x 32 dot products.
+// grid: (n_ff / 32, n_tok * n_used); warp w takes gate and up rows r0 + 2w and r0 + 2w + 1. Shared memory: token t's
+// activations (act_bytes(cols)), then the 2 x 32 dot products.
 template <GgmlType T>
 __global__ void __launch_bounds__(kGuWarps * 32)
     moe_gate_up_kernel(const uint8_t* __restrict__ gw, uint64_t g_stride, const uint8_t* __restrict__ uw,
                        uint64_t u_stride, uint64_t row_bytes, int64_t cols, int64_t n_ff, int32_t n_expert,
                        const int32_t* __restrict__ ids, int n_used, const uint8_t* __restrict__ x_q8,
                        float* __restrict__ act, uint8_t* __restrict__ act_q8) {
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(16) int s_act[];
   const int64_t v = blockIdx.y, t = v / n_used;
   const int32_t e = ids[v];
   if (e < 0 || e >= n_expert) __trap();  // the router wrote a bad id: a bug, surfaced as a launch failure
   const int64_t r0 = int64_t(blockIdx.x) * kGuRows;
   const int nb = int(cols / dev::kQK);
-  const uint64_t act_bytes = round16(q8_bytes(cols)), span = uint64_t(kGuRows) * row_bytes;
-  uint8_t* s_act = smem;
-  uint8_t* s_g = smem + act_bytes;
-  uint8_t* s_u = s_g + span;
-  float* s_dot = reinterpret_cast<float*>(s_u + span);  // [2][32]
-  stage_async(s_g, gw + uint64_t(e) * g_stride + r0 * row_bytes, span);
-  stage_async(s_u, uw + uint64_t(e) * u_stride + r0 * row_bytes, span);
-  __pipeline_commit();
-  copy_q8(s_act, x_q8 + t * q8_bytes(cols), q8_bytes(cols));
-  __pipeline_wait_prior(0);
+  float* s_dot = reinterpret_cast<float*>(s_act + nb * kActWords);  // [2][32]
+  stage_act(s_act, x_q8 + t * q8_bytes(cols), nb);
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  // Warp w: rows 4w .. 4w+3 of gate (i < 4) and of up (i >= 4).
+  const uint8_t* g = gw + uint64_t(e) * g_stride + uint64_t(r0 + warp * kGuRowsPerWarp) * row_bytes;
+  const uint8_t* u = uw + uint64_t(e) * u_stride + uint64_t(r0 + warp * kGuRowsPerWarp) * row_bytes;
+  const uint8_t* rows[2 * kGuRowsPerWarp];
+  const int* acts[2 * kGuRowsPerWarp];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int rr = warp * 4 + (i % 4);
-    const uint8_t* rows = i < 4 ? s_g : s_u;
-    float acc[1] = {};
-    lane_dots<T, 1>(rows + rr * row_bytes, nb, s_act, 0, 1, lane, acc);
-    const float s = dev::warp_sum(acc[0]);
-    if (lane == 0) s_dot[(i < 4 ? 0 : kGuRows) + rr] = s;
+  for (int i = 0; i < kGuRowsPerWarp; ++i) {
+    rows[i] = g + i * row_bytes;
+    rows[kGuRowsPerWarp + i] = u + i * row_bytes;
+    acts[i] = acts[kGuRowsPerWarp + i] = s_act;
+  }
+  float acc[2 * kGuRowsPerWarp][1] = {};
+  rows_dots<T, 2 * kGuRowsPerWarp, 2, 1, true>(rows, acts, 2 * kGuRowsPerWarp, nb, 0, 1, lane, acc);
+#pragma unroll
+  for (int i = 0; i < 2 * kGuRowsPerWarp; ++i) {
+    const float s = dev::warp_sum(acc[i][0]);
+    const int rr = warp * kGuRowsPerWarp + i % kGuRowsPerWarp;
+    if (lane == 0) s_dot[(i < kGuRowsPerWarp ? 0 : kGuRows) + rr] = s;
   }
   __syncthreads();
   if (warp == 0) {
-    const float g = s_dot[lane], u = s_dot[kGuRows + lane];
-    const float a = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);  // swiglu_kernel's roundings
+    const float gv = s_dot[lane], uv = s_dot[kGuRows + lane];
+    const float a = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);  // swiglu_kernel's roundings
     if (act != nullptr) act[v * n_ff + r0 + lane] = a;
     dev::quantize_block_q8_0(a, act_q8 + v * q8_bytes(n_ff) + blockIdx.x * dev::kQ8Bytes, lane);
   }
 }
 
-uint64_t gate_up_smem(const DMat& gate) {
-  return round16(q8_bytes(gate.cols)) + 2 * uint64_t(kGuRows) * gate.row_bytes + 2 * kGuRows * sizeof(float);
-}
+uint64_t gate_up_smem(const DMat& gate) { return act_bytes(gate.cols) + 2 * kGuRows * sizeof(float); }
 
 // ---- moe_decode_down
 
-// grid: (ceil(n_embd / kDnRows), n_tok). Shared memory: the token's n_used Q8_0 activation rows (round16), then
-// kDnRows rows of each selected expert.
+// grid: (ceil(n_embd / kDnRows), n_tok); warp w takes output row r0 + w of every selected expert, kDnChunk experts'
+// rows per step. Shared memory: the token's n_used staged activation rows.
 template <GgmlType T>
 __global__ void __launch_bounds__(kDnWarps * 32)
     moe_down_kernel(const uint8_t* __restrict__ dw, uint64_t stride, uint64_t row_bytes, int64_t rows, int64_t cols,
                     int32_t n_expert, const int32_t* __restrict__ ids, const float* __restrict__ wts, int n_used,
                     const uint8_t* __restrict__ act_q8, const float* x, float* out) {
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(16) int s_act[];
+  __shared__ int32_t s_ids[kMaxUsed];
   const int64_t t = blockIdx.y;
-  const int64_t r0 = int64_t(blockIdx.x) * kDnRows;
-  const int n_rows = int(min(int64_t(kDnRows), rows - r0));
   const int nb = int(cols / dev::kQK);
-  const int act_stride = nb * dev::kQ8Bytes;
-  const uint64_t span = uint64_t(kDnRows) * row_bytes;
-  uint8_t* s_act = smem;
-  uint8_t* s_w = smem + round16(uint64_t(n_used) * act_stride);
-  for (int k = 0; k < n_used; ++k) {
-    const int32_t e = ids[t * n_used + k];
+  const int act_words = nb * kActWords;
+  if (int(threadIdx.x) < n_used) {
+    const int32_t e = ids[t * n_used + threadIdx.x];
     if (e < 0 || e >= n_expert) __trap();  // the router wrote a bad id: a bug, surfaced as a launch failure
-    stage_async(s_w + k * span, dw + uint64_t(e) * stride + r0 * row_bytes, uint64_t(n_rows) * row_bytes);
+    s_ids[threadIdx.x] = e;
   }
-  __pipeline_commit();
-  copy_q8(s_act, act_q8 + t * n_used * act_stride, uint64_t(n_used) * act_stride);
-  __pipeline_wait_prior(0);
+  stage_act(s_act, act_q8 + t * n_used * q8_bytes(cols), int64_t(n_used) * nb);
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t r = int64_t(blockIdx.x) * kDnRows + warp;
+  if (r >= rows) return;  // the whole warp; no barrier follows
+  // moe_combine's order and roundings: the first slot's product, then each next one added.
+  float sum = 0.0f;
+  for (int k0 = 0; k0 < n_used; k0 += kDnChunk) {
+    const int nr = min(kDnChunk, n_used - k0);
+    const uint8_t* rp[kDnChunk];
+    const int* ap[kDnChunk];
 #pragma unroll
-  for (int i = 0; i < kDnRowsPerWarp; ++i) {
-    const int rr = warp * kDnRowsPerWarp + i;
-    if (rr >= n_rows) break;  // the same for the whole warp
-    // moe_combine's order and roundings: the first slot's product, then each next one added.
-    float sum = 0.0f;
-    for (int k = 0; k < n_used; ++k) {
-      float acc[1] = {};
-      lane_dots<T, 1>(s_w + k * span + rr * row_bytes, nb, s_act + k * act_stride, 0, 1, lane, acc);
-      const float e = __fmul_rn(dev::warp_sum(acc[0]), wts[t * n_used + k]);
-      sum = k == 0 ? e : __fadd_rn(sum, e);
+    for (int i = 0; i < kDnChunk; ++i) {
+      const int k = k0 + min(i, nr - 1);  // past nr: a valid row, never read
+      rp[i] = dw + uint64_t(s_ids[k]) * stride + uint64_t(r) * row_bytes;
+      ap[i] = s_act + k * act_words;
     }
-    if (lane == 0) {
-      const int64_t idx = t * rows + r0 + rr;
-      out[idx] = x != nullptr ? __fadd_rn(x[idx], sum) : sum;  // add_kernel's rounding
+    float acc[kDnChunk][1] = {};
+    rows_dots<T, kDnChunk, 1, 1, false>(rp, ap, nr, nb, 0, 1, lane, acc);
+#pragma unroll
+    for (int i = 0; i < kDnChunk; ++i) {
+      if (i >= nr) break;
+      const float e = __fmul_rn(dev::warp_sum(acc[i][0]), wts[t * n_used + k0 + i]);
+      sum = k0 + i == 0 ? e : __fadd_rn(sum, e);
     }
+  }
+  if (lane == 0) {
+    const int64_t idx = t * rows + r;
+    out[idx] = x != nullptr ? __fadd_rn(x[idx], sum) : sum;  // add_kernel's rounding
   }
 }
 
-uint64_t down_smem(const DMat& down, int32_t n_used) {
-  return round16(uint64_t(n_used) * q8_bytes(down.cols)) + uint64_t(n_used) * kDnRows * down.row_bytes;
-}
+uint64_t down_smem(const DMat& down, int32_t n_used) { return uint64_t(n_used) * act_bytes(down.cols); }
 
 }  // namespace
 
@@ -425,13 +468,13 @@ void qk_norm_rope_store(const QkNormRopeStoreArgs& a) {
 }
 
 bool moe_decode_supported(const DMat& gate, const DMat& up, const DMat& down, int64_t n_tok, int32_t n_used) {
-  if (n_tok < 1 || n_tok > kDecodeMaxTok || n_used < 1) return false;
+  if (n_tok < 1 || n_tok > kDecodeMaxTok || n_used < 1 || n_used > kMaxUsed) return false;
   if (!rows_stageable(gate) || !rows_stageable(up) || !rows_stageable(down)) return false;
   if (gate.type != up.type || gate.cols != up.cols || gate.rows != up.rows || gate.row_bytes != up.row_bytes)
     return false;
   if (gate.rows % kGuRows != 0 || down.cols != gate.rows || down.rows != gate.cols) return false;
   const uint64_t limit = smem_limit();
-  return gate_up_smem(gate) <= limit && down_smem(down, n_used) <= limit;
+  return gate_up_smem(gate) <= limit && down_smem(down, n_used) + kMaxUsed * sizeof(int32_t) <= limit;
 }
 
 void moe_decode_gate_up(const MoeDecodeGateUpArgs& a) {
@@ -463,7 +506,8 @@ void moe_decode_gate_up(const MoeDecodeGateUpArgs& a) {
 
 void moe_decode_down(const MoeDecodeDownArgs& a) {
   DF_CHECK(a.ids != nullptr && a.weights != nullptr && a.act_q8 != nullptr && a.out != nullptr);
-  DF_CHECK(a.n_tok >= 1 && a.n_tok <= kDecodeMaxTok && a.n_used >= 1 && a.n_expert >= a.n_used);
+  DF_CHECK(a.n_tok >= 1 && a.n_tok <= kDecodeMaxTok && a.n_used >= 1 && a.n_used <= kMaxUsed &&
+           a.n_expert >= a.n_used);
   DF_CHECK(rows_stageable(a.down) && a.down_stride % 16 == 0);
   DF_CHECK(a.down_stride >= uint64_t(a.down.rows) * a.down.row_bytes);
   const uint64_t smem = down_smem(a.down, a.n_used);

@@ -4,8 +4,10 @@
 //     scaled by d_w * d_a and accumulated in f32: only the float accumulation order differs from the CPU's.
 //   - F16 / BF16: activations rounded to f16 / bf16 as the CPU converts them, f32 fused multiply-adds.
 //   - F32: f32 fused multiply-adds.
+// Float weights for a few vectors take a block per row (float_matvec_kernel); F32 batches go to cuBLAS (blas.cpp).
 // The routed-expert variant picks a weight matrix per input vector from ids read on the device. Q4_0/Q8_0 prefill
 // batches go to the tensor-core kernel of mmq.cu instead.
+#include "backend/cuda/blas.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mmq.cuh"
 #include "diskformer/backend/cuda/check.h"
@@ -20,6 +22,7 @@ namespace {
 
 constexpr int kTile = 8;    // input vectors per block column
 constexpr int kWarps = 4;   // weight rows per block
+constexpr int kFvThreads = 256;  // float_matvec_kernel: threads per weight row
 
 // Lane `lane`'s partial dot products of one weight row with nt (<= NT) activation rows at act + j * act_stride.
 // act is Q8_0 blocks for the quantized types, f32 otherwise.
@@ -97,6 +100,68 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_kernel(const uint8_t* __re
   for (int j = 0; j < kTile; ++j) {
     const float s = dev::warp_sum(acc[j]);
     if (lane == 0 && j < nt) y[(t0 + j) * rows + r] = s;
+  }
+}
+
+// Float weights for a few vectors: a block of kFvThreads per weight row, so that a short, wide matrix (the F32
+// router: 128 rows of 2048) spreads over the whole GPU instead of 32 blocks of warps. Thread i sums columns i,
+// i + kFvThreads, ... with fused multiply-adds (the activations rounded as row_dot rounds them), then the block
+// reduces: warp butterflies, then the warps' sums in warp order. Only the f32 summation order differs from the CPU.
+// grid: rows; y[t][r] for t < nt (<= NT).
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kFvThreads) float_matvec_kernel(const uint8_t* __restrict__ w, int64_t rows,
+                                                                  int64_t cols, uint64_t row_bytes,
+                                                                  const float* __restrict__ x, int nt,
+                                                                  float* __restrict__ y) {
+  __shared__ float part[NT][kFvThreads / 32];
+  const int64_t r = blockIdx.x;
+  const uint8_t* wr = w + uint64_t(r) * row_bytes;
+  float acc[NT] = {};
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < cols; i += kFvThreads) {
+    float wv;
+    if constexpr (T == GgmlType::F16) {
+      wv = dev::f16_to_f32(reinterpret_cast<const uint16_t*>(wr)[i]);
+    } else if constexpr (T == GgmlType::BF16) {
+      wv = dev::bf16_to_f32(reinterpret_cast<const uint16_t*>(wr)[i]);
+    } else {
+      wv = reinterpret_cast<const float*>(wr)[i];
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      if (j < nt) {
+        float xv = x[j * cols + i];
+        if constexpr (T == GgmlType::F16) xv = dev::round_f16(xv);
+        if constexpr (T == GgmlType::BF16) xv = dev::round_bf16(xv);
+        acc[j] = fmaf(wv, xv, acc[j]);
+      }
+    }
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const float s = dev::warp_sum(acc[j]);
+    if (lane == 0) part[j][warp] = s;
+  }
+  __syncthreads();
+  if (int(threadIdx.x) < nt) {
+    float s = part[threadIdx.x][0];
+#pragma unroll
+    for (int k = 1; k < kFvThreads / 32; ++k) s += part[threadIdx.x][k];
+    y[int64_t(threadIdx.x) * rows + r] = s;
+  }
+}
+
+template <GgmlType T>
+void launch_float_matvec(const MatmulArgs& a) {
+  const int nt = int(a.n_tok);
+  const unsigned grid = unsigned(a.w.rows);
+  if (nt == 1) {
+    float_matvec_kernel<T, 1><<<grid, kFvThreads, 0, a.stream>>>(a.w.data, a.w.rows, a.w.cols, a.w.row_bytes, a.x,
+                                                                 nt, a.y);
+  } else {
+    float_matvec_kernel<T, kDecodeMaxTok><<<grid, kFvThreads, 0, a.stream>>>(a.w.data, a.w.rows, a.w.cols,
+                                                                             a.w.row_bytes, a.x, nt, a.y);
   }
 }
 
@@ -211,6 +276,24 @@ void matmul(const MatmulArgs& a) {
     decode_matvec(d);
     return;
   }
+  if (!quantized(a.w.type) && a.n_tok <= kDecodeMaxTok) {
+    DF_CHECK(a.w.rows <= 0x7fffffff);
+    switch (a.w.type) {
+      case GgmlType::F16: launch_float_matvec<GgmlType::F16>(a); break;
+      case GgmlType::BF16: launch_float_matvec<GgmlType::BF16>(a); break;
+      case GgmlType::F32: launch_float_matvec<GgmlType::F32>(a); break;
+      default: DF_CHECK(false);
+    }
+    DF_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // F32 batches: cuBLAS (f32 products and sums; only the summation order differs from the CPU). It declines
+  // inside a graph capture that would have to create its handle.
+  if (a.w.type == GgmlType::F32 && a.use_mma && a.n_tok >= kMmaMinTokens &&
+      blas::sgemm_rows({.w = reinterpret_cast<const float*>(a.w.data), .rows = a.w.rows, .cols = a.w.cols,
+                        .ld_w = int64_t(a.w.row_bytes / 4), .x = a.x, .n_tok = a.n_tok, .y = a.y,
+                        .stream = a.stream}))
+    return;
   const int64_t gx = (a.w.rows + kWarps - 1) / kWarps, gy = (a.n_tok + kTile - 1) / kTile;
   DF_CHECK(gx <= 0x7fffffff && gy <= 65535);
   auto [act, stride] = quantized(a.w.type) && a.x_q8 != nullptr

@@ -13,54 +13,57 @@ namespace {
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxUsed = 32;
 
-// A warp per token; the probabilities live in shared memory.
-__global__ void route_kernel(const float* __restrict__ logits, int n_expert, int n_used, bool norm_topk,
-                             int32_t* __restrict__ ids, float* __restrict__ weights) {
+// A block per token, a thread per expert (blockDim = n_expert rounded up to whole warps). The top n_used come from
+// ranks, not from n_used rounds of block-wide arg-max: expert i's place in the CPU's stable descending sort is the
+// number of experts with a larger probability plus those with an equal one and a lower id, so the experts ranked
+// below n_used are the selection, in order, with exactly the CPU's tie rule.
+__global__ void __launch_bounds__(kMaxExperts) route_kernel(const float* __restrict__ logits, int n_expert, int n_used,
+                                                            bool norm_topk, int32_t* __restrict__ ids,
+                                                            float* __restrict__ weights) {
   __shared__ float p[kMaxExperts];
   __shared__ float sel_p[kMaxUsed];
   __shared__ int sel_id[kMaxUsed];
-  const int lane = threadIdx.x;
-  const float* x = logits + int64_t(blockIdx.x) * n_expert;
-  float mx = -INFINITY;
-  for (int i = lane; i < n_expert; i += 32) mx = fmaxf(mx, x[i]);
-  mx = dev::warp_max(mx);
-  double sum = 0.0;
-  for (int i = lane; i < n_expert; i += 32) {
-    p[i] = expf(__fsub_rn(x[i], mx));
-    sum += double(p[i]);
-  }
-  sum = dev::warp_sum(sum);
+  __shared__ float warp_mx[kMaxExperts / 32];
+  __shared__ double warp_tot[kMaxExperts / 32];
+  const int i = threadIdx.x, lane = i % 32, warp = i / 32, n_warps = blockDim.x / 32;
+  const bool mine = i < n_expert;
+  const float xi = mine ? logits[int64_t(blockIdx.x) * n_expert + i] : -INFINITY;
+  const float wmx = dev::warp_max(xi);
+  if (lane == 0) warp_mx[warp] = wmx;
+  __syncthreads();
+  float mx = warp_mx[0];
+  for (int w = 1; w < n_warps; ++w) mx = fmaxf(mx, warp_mx[w]);
+  const float e = mine ? expf(__fsub_rn(xi, mx)) : 0.0f;
+  const double ws = dev::warp_sum(double(e));
+  if (lane == 0) warp_tot[warp] = ws;
+  __syncthreads();
+  double sum = warp_tot[0];
+  for (int w = 1; w < n_warps; ++w) sum += warp_tot[w];
   const float inv = float(1.0 / sum);
-  for (int i = lane; i < n_expert; i += 32) p[i] = __fmul_rn(p[i], inv);
-  __syncwarp();
-
-  for (int k = 0; k < n_used; ++k) {
-    // Each lane's best in index order (strictly greater replaces, so the lowest index wins a tie), then the warp's.
-    float bv = -INFINITY;
-    int bi = n_expert;
-    for (int i = lane; i < n_expert; i += 32)
-      if (p[i] > bv) bv = p[i], bi = i;
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-    }
-    if (bi >= n_expert) __trap();  // no finite probability left: NaN router logits
-    if (lane == 0) {
-      sel_p[k] = bv;
-      sel_id[k] = bi;
-      p[bi] = -INFINITY;  // taken
-    }
-    __syncwarp();
+  const float pi = __fmul_rn(e, inv);
+  if (mine) {
+    if (isnan(pi)) __trap();  // NaN router logits: no ranking exists
+    p[i] = pi;
   }
-  if (lane == 0) {
+  __syncthreads();
+  if (mine) {
+    int rank = 0;
+    for (int j = 0; j < n_expert; ++j) {
+      const float pj = p[j];
+      rank += pj > pi || (pj == pi && j < i);
+    }
+    if (rank < n_used) {
+      sel_p[rank] = pi;
+      sel_id[rank] = i;
+    }
+  }
+  __syncthreads();
+  if (i < n_used) {  // every writer sums in the same order, so all hold the same total
     double s = 0.0;
     for (int k = 0; k < n_used; ++k) s += double(sel_p[k]);
     const float fsum = fmaxf(float(s), 6.103515625e-5f);
-    for (int k = 0; k < n_used; ++k) {
-      ids[int64_t(blockIdx.x) * n_used + k] = sel_id[k];
-      weights[int64_t(blockIdx.x) * n_used + k] = norm_topk ? __fdiv_rn(sel_p[k], fsum) : sel_p[k];
-    }
+    ids[int64_t(blockIdx.x) * n_used + i] = sel_id[i];
+    weights[int64_t(blockIdx.x) * n_used + i] = norm_topk ? __fdiv_rn(sel_p[i], fsum) : sel_p[i];
   }
 }
 
@@ -84,7 +87,9 @@ void route(const RouteArgs& a) {
   DF_CHECK(a.n_expert > 0 && a.n_expert <= kMaxExperts && a.n_used > 0 && a.n_used <= kMaxUsed);
   DF_CHECK(a.n_used <= a.n_expert && a.n_tok >= 0 && a.n_tok <= 0x7fffffff);
   if (a.n_tok == 0) return;
-  route_kernel<<<unsigned(a.n_tok), 32, 0, a.stream>>>(a.logits, a.n_expert, a.n_used, a.norm_topk, a.ids, a.weights);
+  const unsigned threads = unsigned((a.n_expert + 31) / 32 * 32);
+  route_kernel<<<unsigned(a.n_tok), threads, 0, a.stream>>>(a.logits, a.n_expert, a.n_used, a.norm_topk, a.ids,
+                                                            a.weights);
   DF_CUDA_CHECK_LAUNCH();
 }
 

@@ -43,7 +43,9 @@ void quantize_q8_0(const QuantizeQ8Args& a);
 // weights, f16 for F16, bf16 for BF16). Decode and small batches use a warp per row and a tile of 8 tokens per block
 // column, so each weight row is read once per tile; Q4_0/Q8_0 batches of kMmaMinTokens or more run on the int8
 // tensor cores (mmq.cu: 64 rows x 32 or 64 tokens per block, the same exact block dots and f32 scaling, only the
-// f32 summation order differs).
+// f32 summation order differs). Float weights for up to kDecodeMaxTok tokens take a block per row instead (the
+// short, wide F32 router then fills the GPU), and F32 batches of kMmaMinTokens or more run on cuBLAS (f32 throughout;
+// the plain kernel when a graph capture would have to create cuBLAS's handle). Only the f32 summation order differs.
 constexpr int64_t kMmaMinTokens = 16;
 struct MatmulArgs {
   DMat w;
@@ -253,8 +255,9 @@ struct ArgmaxArgs {
 };
 void argmax(const ArgmaxArgs& a);
 
-// ---- Decode (a few tokens): fused kernels that stage weight rows in shared memory with 16-byte asynchronous copies
-// and keep matmul's per-lane block order and warp reduction, so every result equals the unfused kernels' bit for bit.
+// ---- Decode (a few tokens): fused kernels that read weight rows as aligned words, many rows' loads in flight per
+// warp, and keep matmul's per-lane block order and warp reduction, so every result equals the unfused kernels' bit
+// for bit.
 
 // Up to this many input vectors per decode launch.
 constexpr int64_t kDecodeMaxTok = 4;
