@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "diskformer/util/check.h"
 #include "diskformer/util/size.h"
@@ -38,9 +39,15 @@ Result<GpuLoad> load_gpu_model(engine::Model& host, const GpuLoadOptions& o) {
                                        .token_embd_on_host = g.plan.token_embd_on_host,
                                        .arena_bytes = g.plan.resident.weights()}));
   if (!stream) return g;
+  // Measured with everything a run loads: kernel modules load on their first launch and cuBLAS allocates its
+  // workspace on first use, so a probe session runs a short batch and a decode step through the fewest slots.
+  DF_TRY(g.model->stream_experts(g.plan.min_slots));
   {
     DF_ASSIGN(auto probe, GpuSession::create(*g.model, {.n_ctx = o.n_ctx, .max_batch = o.max_batch}));
-    g.used_resident = device_memory_used();
+    const std::vector<int32_t> warm(std::max<uint32_t>(1, std::min({64u, o.max_batch, o.n_ctx - 1})), 1);
+    DF_TRY(probe->eval(warm));
+    if (o.n_ctx > warm.size()) DF_TRY(probe->eval(std::span<const int32_t>(warm.data(), 1)));
+    g.used_resident = device_memory_used() - g.model->expert_cache()->device_bytes();
   }
   DF_ASSIGN(const uint64_t slot, g.model->expert_slot_bytes());
   const uint64_t budget = *o.budget;

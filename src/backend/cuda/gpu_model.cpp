@@ -59,6 +59,7 @@ Result<std::unique_ptr<GpuModel>> GpuModel::upload(const model::ModelSpec& spec,
   std::unique_ptr<GpuModel> g(new GpuModel());
   g->spec_ = spec;
   g->source_ = &w;
+  g->streams_experts_ = options.stream_experts && spec.moe();
   if (options.arena_bytes) {
     DF_ASSIGN(g->arena_, DeviceBuffer::alloc(options.arena_bytes, "resident weights"));
   }
@@ -146,8 +147,8 @@ Result<std::unique_ptr<GpuModel>> GpuModel::upload(const model::ModelSpec& spec,
 }
 
 Status GpuModel::stream_experts(uint32_t slots) {
-  DF_CHECK(source_ != nullptr && !expert_cache_);
-  if (!spec_.moe()) return Error{"stream_experts: the model has no routed experts"};
+  DF_CHECK(source_ != nullptr && streams_experts_);
+  expert_cache_.reset();  // a new size replaces the old cache (its memory first)
   DF_ASSIGN(expert_cache_, GpuExpertCache::create(spec_, *source_, slots));
   return {};
 }

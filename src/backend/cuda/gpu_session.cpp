@@ -62,6 +62,13 @@ Status GpuSession::allocate() {
   DF_ASSIGN(logits_dev_, DeviceBuffer::alloc(f32(s.n_vocab), "logits"));
   logits_rows_cap_ = 1;
   DF_ASSIGN(next_, DeviceBuffer::alloc(4, "the next token"));
+  if (model_.streams_experts()) {  // moe_streamed's device buffers at their largest (it only grows them)
+    const uint64_t nk = B * K;
+    DF_ASSIGN(act_, DeviceBuffer::alloc(f32(nk * s.n_ff_expert), "streamed experts' activations"));
+    DF_ASSIGN(plan_dev_, DeviceBuffer::alloc((2 * nk + 1 + 3 * moe_max_tiles(int64_t(nk), int32_t(nk), 1)) * 4,
+                                             "streamed experts' plans"));
+    DF_ASSIGN(xq_stream_, DeviceBuffer::alloc(q8_scratch_bytes(gguf::GgmlType::Q8_0, E, B), "quantized activations"));
+  }
   return {};
 }
 
@@ -157,7 +164,7 @@ uint64_t GpuSession::device_bytes() const {
   uint64_t total = 0;
   for (const DeviceBuffer* b : {&k_cache_, &v_cache_, &rope_table_, &tok_, &pos_, &x_, &xn_, &q_, &k_, &v_, &attn_,
                                 &proj_, &gate_, &up_, &router_, &ids_, &wts_, &expert_out_, &order_, &tiles_,
-                                &gathered_, &scratch_, &attn_work_, &logits_dev_, &next_})
+                                &gathered_, &scratch_, &attn_work_, &logits_dev_, &next_, &act_, &plan_dev_, &xq_stream_})
     total += b->size();
   return total;
 }

@@ -69,8 +69,11 @@ class GpuModel {
   // must outlive the model (the cache reads experts from it).
   static Result<std::unique_ptr<GpuModel>> upload(const model::ModelSpec& spec, model::WeightSource& weights,
                                                   const GpuUploadOptions& options = {});
-  // Creates the expert cache of an upload with stream_experts: `slots` (layer, expert) records in GPU memory.
+  // Creates the expert cache of an upload with stream_experts: `slots` (layer, expert) records in GPU memory,
+  // replacing any earlier one (no session may be running).
   Status stream_experts(uint32_t slots);
+  // Uploaded with stream_experts: sessions allocate the streaming buffers up front (so a budget counts them).
+  bool streams_experts() const { return streams_experts_; }
   // The cache of streamed experts; nullptr when every expert is resident.
   GpuExpertCache* expert_cache() const { return expert_cache_.get(); }
   // Device bytes of one expert cache slot, for sizing the cache against a budget.
@@ -95,6 +98,7 @@ class GpuModel {
   std::vector<GpuLayer> layers_;
   uint64_t bytes_ = 0;
   model::WeightSource* source_ = nullptr;  // kept for the expert cache (stream_experts)
+  bool streams_experts_ = false;
   std::unique_ptr<GpuExpertCache> expert_cache_;
 };
 
