@@ -46,14 +46,14 @@ struct RepResult {
   uint64_t decode_weight_bytes = 0;
 };
 
-Result<RepResult> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rng) {
+Result<RepResult> one_rep(engine::Model& model, int64_t p, int64_t n, uint32_t n_batch, std::mt19937& rng) {
   engine::Session s(model);
   std::uniform_int_distribution<int32_t> tok(0, int32_t(model.spec().n_vocab) - 1);
   std::vector<int32_t> prompt(size_t(std::max<int64_t>(p, 1)));
   for (auto& t : prompt) t = tok(rng);
   RepResult r;
   auto t0 = Clock::now();
-  DF_TRY(s.eval(prompt));
+  DF_TRY(s.eval(prompt, n_batch));
   r.prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const uint64_t w0 = model.context().weight_bytes_read;
   t0 = Clock::now();
@@ -69,11 +69,13 @@ Result<RepResult> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt199
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args("bench", "-m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [--ram-budget SIZE] [--backend cpu|cuda] [--gpu-budget SIZE] [--json]");
+  Args args("bench", "-m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [-b N] [--ram-budget SIZE] [--backend cpu|cuda] [--gpu-budget SIZE] [--json]");
   add_model_options(args);
   args.option("-p,--n-prompt", "N[,N...]", "prompt tokens per prefill (default 512)");
   args.option("-n,--n-gen", "N[,N...]", "tokens decoded one at a time (default 64)");
   args.option("-r,--repetitions", "REPS", "timed repetitions per configuration (default 3)");
+  args.option("-b,--batch-size", "N", "prompt tokens per forward pass (default 512); with --gpu-budget, the routed "
+              "experts stream once per batch");
   args.flag("--json", "one JSON object per configuration on stdout (CLI.md's bench --json)");
   args.flag("--quiet", "no logs");
   args.flag("--cpu-experts", "with --backend cuda --gpu-budget: decode computes some missed experts on the CPU");
@@ -83,8 +85,10 @@ int cmd_bench(int argc, char** argv) {
   auto ps = int_list(args, "--n-prompt", 512);
   auto ns = int_list(args, "--n-gen", 64);
   auto reps = args.get_int("--repetitions", 3);
-  if (!ps || !ns || !reps) return args.exit_code();
+  auto batch = args.get_int("--batch-size", 512);
+  if (!ps || !ns || !reps || !batch) return args.exit_code();
   if (*reps < 1) return args.usage_error("-r must be at least 1");
+  if (*batch < 1 || *batch > 65536) return args.usage_error("-b must be 1 .. 65536");
   auto mo = model_options(args, /*allow_cuda=*/true);
   if (!mo) return args.exit_code();
   const bool quiet = args.has("--quiet"), as_json = args.has("--json");
@@ -104,12 +108,13 @@ int cmd_bench(int argc, char** argv) {
   if (on_cuda)
     return bench_cuda(*model, {.path = *path, .model_bytes = model_bytes, .prompts = *ps, .gens = *ns,
                                .reps = *reps, .json = as_json, .quiet = quiet, .gpu_budget = gpu_budget(args),
-                               .ram_budget = mo->ram_budget, .cpu_experts = args.has("--cpu-experts")});
+                               .ram_budget = mo->ram_budget, .cpu_experts = args.has("--cpu-experts"),
+                               .max_batch = uint32_t(*batch)});
   std::mt19937 rng(1234);
 
   // A short warm-up so that first-touch costs (and, with a budget, a cold cache) do not land in the first rep.
   {
-    auto warm = one_rep(*model, std::min<int64_t>(8, ps->front()), 2, rng);
+    auto warm = one_rep(*model, std::min<int64_t>(8, ps->front()), 2, uint32_t(*batch), rng);
     if (!warm.ok()) {
       std::fprintf(stderr, "diskformer bench: %s\n", warm.error().message.c_str());
       return 1;
@@ -136,7 +141,7 @@ int cmd_bench(int argc, char** argv) {
       std::vector<double> pre, dec, wgbs;
       double timed_s = 0;
       for (int64_t r = 0; r < *reps; ++r) {
-        auto rep = one_rep(*model, p, n, rng);
+        auto rep = one_rep(*model, p, n, uint32_t(*batch), rng);
         if (!rep.ok()) {
           std::fprintf(stderr, "diskformer bench: %s\n", rep.error().message.c_str());
           return 1;

@@ -50,9 +50,10 @@ struct Rep {
   uint64_t cpu_experts = 0;  // streamed experts the CPU computed
 };
 
-Result<Rep> one_rep(const cuda::GpuModel& gpu, uint32_t n_ctx, int64_t p, int64_t n, std::mt19937& rng,
-                    GpuMemPeak& mem, cpu::Context* cpu_experts) {
-  DF_ASSIGN(auto s, cuda::GpuSession::create(gpu, {.n_ctx = n_ctx, .max_batch = 512, .cpu_experts = cpu_experts}));
+Result<Rep> one_rep(const cuda::GpuModel& gpu, uint32_t n_ctx, uint32_t max_batch, int64_t p, int64_t n,
+                    std::mt19937& rng, GpuMemPeak& mem, cpu::Context* cpu_experts) {
+  DF_ASSIGN(auto s,
+            cuda::GpuSession::create(gpu, {.n_ctx = n_ctx, .max_batch = max_batch, .cpu_experts = cpu_experts}));
   std::uniform_int_distribution<int32_t> tok(0, int32_t(gpu.spec().n_vocab) - 1);
   std::vector<int32_t> prompt(size_t(std::max<int64_t>(p, 1)));
   for (auto& t : prompt) t = tok(rng);
@@ -86,7 +87,7 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
   if (dev.count == 0) return fail("--backend cuda: no CUDA device (" + dev.why_none + ")");
   GpuMemPeak mem;
   const auto t_up = Clock::now();
-  auto load = cuda::load_gpu_model(host, {.budget = a.gpu_budget, .n_ctx = host.n_ctx(), .max_batch = 512});
+  auto load = cuda::load_gpu_model(host, {.budget = a.gpu_budget, .n_ctx = host.n_ctx(), .max_batch = a.max_batch});
   if (!load) return fail(load.error().message);
   const cuda::GpuModel& gpu = *load->model;
   cuda::GpuExpertCache* cache = gpu.expert_cache();
@@ -98,7 +99,8 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
                  dev.name.c_str(), format_size(gpu.device_bytes()).c_str(), upload_s, residency.c_str());
   std::mt19937 rng(1234);
   cpu::Context* cpu_experts = a.cpu_experts && cache ? &host.context() : nullptr;
-  if (auto warm = one_rep(gpu, host.n_ctx(), std::min<int64_t>(8, a.prompts.front()), 4, rng, mem, cpu_experts);
+  if (auto warm = one_rep(gpu, host.n_ctx(), a.max_batch, std::min<int64_t>(8, a.prompts.front()), 4, rng, mem,
+                          cpu_experts);
       !warm)
     return fail(warm.error().message);
   for (int64_t p : a.prompts)
@@ -112,7 +114,7 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
       double timed_s = 0;
       uint64_t cpu_count = 0;
       for (int64_t r = 0; r < a.reps; ++r) {
-        auto rep = one_rep(gpu, host.n_ctx(), p, n, rng, mem, cpu_experts);
+        auto rep = one_rep(gpu, host.n_ctx(), a.max_batch, p, n, rng, mem, cpu_experts);
         if (!rep) return fail(rep.error().message);
         if (p > 0) pre.push_back(double(p) / rep->prefill_s);
         if (n > 0) dec.push_back(double(n) / rep->decode_s);
@@ -130,6 +132,7 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
                 {"prompt_tokens", p},
                 {"gen_tokens", n},
                 {"reps", a.reps},
+                {"batch", a.max_batch},
                 {"prefill_tok_s", summary_json(sp, p > 0)},
                 {"decode_tok_s", summary_json(sd, n > 0)},
                 {"gpu_mem_peak_bytes", mem.peak},

@@ -22,6 +22,7 @@ struct BenchCudaArgs {
   bool json = false, quiet = false;
   std::optional<uint64_t> gpu_budget, ram_budget;
   bool cpu_experts = false;  // streamed decode computes some missed experts on the CPU (--cpu-experts)
+  uint32_t max_batch = 512;  // prompt tokens per forward pass (-b)
 };
 
 int bench_cuda(engine::Model& host, const BenchCudaArgs& a);
