@@ -156,6 +156,8 @@ int bench_cuda(engine::Model& host, const BenchCudaArgs& a) {
         j["cpu_expert_share"] = uses ? double(cpu_count) / double(uses) : 0.0;
         j["bytes_from_ram"] = cs.table.bytes_loaded;
         j["bytes_from_disk"] = ds.streamed_bytes_read;
+        // Under --ram-budget the experts the GPU misses come through the RAM pool, itself fed from disk.
+        if (a.ram_budget) j["ram_hit_rate"] = ds.cache.hit_rate();
         j["h2d_GBps"] = cs.h2d_GBps();
         j["h2d_busy_share"] = timed_s > 0 ? cs.h2d_seconds / timed_s : 0.0;
         j["disk_GBps"] = timed_s > 0 ? double(ds.streamed_bytes_read) / timed_s / 1e9 : 0.0;
