@@ -231,23 +231,39 @@ void launch_matvec(const MvParams& p, int64_t tiles, uint64_t smem, cudaStream_t
 
 // ---- rms_norm_q8
 
+// Thread i normalizes columns i + k * kNormThreads of each chunk of kNormPer * kNormThreads, which are lane i % 32's
+// elements of Q8_0 blocks i / 32 + 8k: each warp quantizes the blocks it has just normed, from registers. The first
+// chunk's loads go out before the scale's reduction waits.
+constexpr int kNormPer = 8;
+
 __global__ void __launch_bounds__(kNormThreads) rms_norm_q8_kernel(const float* __restrict__ x,
                                                                    const float* __restrict__ weight,
                                                                    float* __restrict__ y, uint8_t* __restrict__ yq,
                                                                    int64_t cols, float eps) {
   const float* xr = x + int64_t(blockIdx.x) * cols;
+  float* yr = y != nullptr ? y + int64_t(blockIdx.x) * cols : nullptr;
+  uint8_t* yqr = yq + int64_t(blockIdx.x) * (cols / dev::kQK) * dev::kQ8Bytes;
+  const int lane = threadIdx.x % 32;
+  float xv[kNormPer], wv[kNormPer];
+  auto load = [&](int64_t i0) {
+#pragma unroll
+    for (int k = 0; k < kNormPer; ++k) {
+      const int64_t i = i0 + threadIdx.x + int64_t(k) * kNormThreads;
+      if (i < cols) xv[k] = xr[i], wv[k] = weight[i];
+    }
+  };
+  load(0);
   const float scale = dev::block_rms_scale<kNormThreads>(xr, cols, eps);
-  if (y != nullptr) {
-    float* yr = y + int64_t(blockIdx.x) * cols;
-    for (int64_t i = threadIdx.x; i < cols; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), weight[i]);
-  }
-  // Each warp recomputes the normed values of its blocks (the same products) instead of reading y back.
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t nb = cols / dev::kQK;
-  uint8_t* yqr = yq + int64_t(blockIdx.x) * nb * dev::kQ8Bytes;
-  for (int64_t b = warp; b < nb; b += kNormThreads / 32) {
-    const int64_t i = b * dev::kQK + lane;
-    dev::quantize_block_q8_0(__fmul_rn(__fmul_rn(xr[i], scale), weight[i]), yqr + b * dev::kQ8Bytes, lane);
+  for (int64_t i0 = 0; i0 < cols; i0 += int64_t(kNormPer) * kNormThreads) {
+    if (i0 > 0) load(i0);
+#pragma unroll
+    for (int k = 0; k < kNormPer; ++k) {
+      const int64_t i = i0 + threadIdx.x + int64_t(k) * kNormThreads;
+      if (i >= cols) break;  // the whole warp: cols is a multiple of 32
+      const float v = __fmul_rn(__fmul_rn(xv[k], scale), wv[k]);
+      if (yr != nullptr) yr[i] = v;
+      dev::quantize_block_q8_0(v, yqr + (i / dev::kQK) * dev::kQ8Bytes, lane);
+    }
   }
 }
 
