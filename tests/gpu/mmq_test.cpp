@@ -1,13 +1,15 @@
 // The int8 tensor-core products (mmq.cu) behind matmul() for Q4_0/Q8_0 batches of kMmaMinTokens or more and behind
 // moe_matmul_grouped() with tiles of more than 8 slots: against the CPU reference and against the warp-per-row dp4a
 // kernels, on ragged shapes (rows not a multiple of the 64-row tile, token counts not a multiple of 32 or 64, rows
-// whose block count is not a multiple of the 4-block stage, experts with 0, 1 and several tiles of slots). Then the
-// Qwen3-30B-A3B prefill shapes timed with CUDA events (printed, never asserted), each checked on sampled outputs.
+// whose block count is not a multiple of the 4-block stage, experts with 0, 1 and several tiles of slots), and every
+// block tile shape forced in turn, which must give the same results bit for bit. Then the Qwen3-30B-A3B prefill
+// shapes timed with CUDA events (printed, never asserted) for each tile shape, each checked on sampled outputs.
 //
-// Tolerance: the Q8_0 activations and the integer block dots are exact on both sides and each block is scaled as
-// fma(d_w * d_a, float(dot), acc); only the f32 summation order differs, so every output is within
-// sum_order_tolerance of the CPU's (10% slack for the activations' quantization in the absolute sum), and within the
-// same bound of the dp4a kernel's.
+// Tolerance: the Q8_0 activations and the integer block dots are exact on both sides; the dp4a kernel scales each
+// block as fma(d_w * d_a, float(dot), acc), the tensor-core kernel as fma(d_w * dot, d_a, acc) with d_w * dot rounded
+// once (at most 2^-24 of the absolute sum over all blocks, below one step of the summation chains that
+// sum_order_tolerance allows for), so every output is within sum_order_tolerance of the CPU's (10% slack for the
+// activations' quantization in the absolute sum), and within the same bound of the dp4a kernel's.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <random>
 #include <tuple>
 
+#include "backend/cuda/mmq.cuh"
 #include "diskformer/backend/cpu/ops.h"
 #include "gpu/gpu_support.h"
 #include "gpu/kernel_support.h"
@@ -23,6 +26,8 @@ namespace df::test {
 namespace {
 
 using gguf::GgmlType;
+
+constexpr cuda::mmq::Tile kTiles[] = {{64, 32}, {64, 64}, {128, 32}, {128, 64}};
 
 template <typename T>
 std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
@@ -126,6 +131,13 @@ TEST_P(CudaMmqDense, MatchesCpuAndTheDp4aKernel) {
   cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = c.n_tok, .y = y_q8.as<float>(),
                 .x_q8 = xq.as<uint8_t>()});
   EXPECT_EQ(download<float>(y_q8, want.size()), got);
+  // Each tile shape: the same results bit for bit.
+  const uint64_t q8_stride = uint64_t(c.cols / 32) * 34;
+  for (const auto tile : kTiles) {
+    DF_CUDA_CHECK(cudaMemset(y_q8.data(), 0xff, y_q8.size()));
+    cuda::mmq::dense(dmat(w, dw), xq.as<uint8_t>(), q8_stride, c.n_tok, y_q8.as<float>(), nullptr, tile);
+    EXPECT_EQ(download<float>(y_q8, want.size()), got) << "tile " << tile.rows << "x" << tile.tokens;
+  }
   std::printf("[mmq] %s %lldx%lld n_tok %lld: worst diff %.3f of tolerance vs cpu, %.3f vs dp4a; %zu of %zu equal "
               "to dp4a\n",
               std::string(gguf::type_name(c.type)).c_str(), (long long)c.rows, (long long)c.cols, (long long)c.n_tok, worst.cpu,
@@ -264,6 +276,18 @@ TEST_P(CudaMmqGrouped, MatchesCpuAndThePerSlotKernel) {
     pre.x_q8 = xq.as<uint8_t>();
     cuda::moe_matmul_grouped(pre);
     EXPECT_EQ(download<float>(y_q8, n_slots * rows), got) << "per_slot " << per_slot;
+    // Each tile shape that holds a plan tile (items merge 64 / tile_slots or 32 / tile_slots plan tiles): the same
+    // results bit for bit.
+    for (const auto tile : kTiles) {
+      if (c.tile_slots > tile.tokens) continue;
+      DF_CUDA_CHECK(cudaMemset(y_q8.data(), 0xff, out_bytes));
+      cuda::mmq::grouped({.w = one, .expert_stride = stride, .n_expert = int32_t(n_expert),
+                          .order = order.as<int32_t>(), .tiles = tiles.as<int32_t>(), .max_tiles = max_tiles,
+                          .tile_slots = c.tile_slots, .act = xq.as<uint8_t>(), .act_stride = uint64_t(cols / 32) * 34,
+                          .act_div = per_slot ? 1 : n_used, .y = y_q8.as<float>(), .tile = tile});
+      EXPECT_EQ(download<float>(y_q8, n_slots * rows), got)
+          << "per_slot " << per_slot << " tile " << tile.rows << "x" << tile.tokens;
+    }
     std::printf("[mmq grouped] %s tile %d per_slot %d: worst diff %.3f of tolerance vs cpu, %.3f vs per-slot dp4a; "
                 "%zu of %lld equal to dp4a\n",
                 std::string(gguf::type_name(c.type)).c_str(), c.tile_slots, int(per_slot), worst.cpu, worst.dp4a, worst.equal_dp4a,
@@ -274,7 +298,7 @@ TEST_P(CudaMmqGrouped, MatchesCpuAndThePerSlotKernel) {
 INSTANTIATE_TEST_SUITE_P(Tiles, CudaMmqGrouped,
                          ::testing::Values(GroupedCase{GgmlType::Q4_0, 32}, GroupedCase{GgmlType::Q8_0, 32},
                                            GroupedCase{GgmlType::Q4_0, 16}, GroupedCase{GgmlType::Q4_0, 64},
-                                           GroupedCase{GgmlType::Q8_0, 64}),
+                                           GroupedCase{GgmlType::Q8_0, 64}, GroupedCase{GgmlType::Q8_0, 12}),
                          [](const auto& i) {
                            return std::string(gguf::type_name(i.param.type)) + "_tile" +
                                   std::to_string(i.param.tile_slots);
@@ -322,7 +346,8 @@ void check_sample(const HostMat& w, int64_t row_offset, const float* xv, const f
 TEST(CudaMmqThroughput, DenseQ4_0Prefill512) {
   DF_REQUIRE_GPU();
   const int64_t n_tok = 512;
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4096, 2048}, {2048, 4096}}) {
+  // q, wo and k / v of Qwen3-30B-A3B.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4096, 2048}, {2048, 4096}, {512, 2048}}) {
     const HostMat w = random_q4(rows, cols, 221);
     cuda::DeviceBuffer dw(w.bytes.size());
     dw.upload(w.bytes.data(), w.bytes.size());
@@ -344,6 +369,13 @@ TEST(CudaMmqThroughput, DenseQ4_0Prefill512) {
                 "GB/s of weights; dp4a kernel %.3f ms (%.1f TOPS), %.1fx\n",
                 (long long)rows, (long long)cols, (long long)n_tok, ms, ops / ms / 1e9,
                 double(w.bytes.size()) / ms / 1e6, ms_old, ops / ms_old / 1e9, ms_old / ms);
+    for (const auto tile : kTiles) {
+      const double ms_t = time_ms(20, [&] {
+        cuda::mmq::dense(dmat(w, dw), xq.as<uint8_t>(), uint64_t(cols / 32) * 34, n_tok, dy.as<float>(), nullptr, tile);
+      });
+      EXPECT_EQ(download<float>(dy, n_tok * rows), got) << "tile " << tile.rows << "x" << tile.tokens;
+      std::printf("[throughput]   tile %dx%d: %.3f ms, %.1f TOPS\n", tile.rows, tile.tokens, ms_t, ops / ms_t / 1e9);
+    }
   }
 }
 
@@ -403,6 +435,19 @@ TEST(CudaMmqThroughput, GroupedExpertsQ4_0Prefill512) {
                 (long long)X, (long long)rows, (long long)cols, K, (long long)n_tok,
                 per_slot ? "input per slot" : "input per token", ts, ms, ops / ms / 1e9, bytes / ms / 1e6, ms_old,
                 ops / ms_old / 1e9, ms_old / ms);
+    // The product alone (plan and quantized input ready), per tile shape.
+    cuda::quantize_q8_0({.x = dx.as<float>(), .y = scratch.as<uint8_t>(), .n_rows = n_in, .cols = cols});
+    for (const auto tile : kTiles) {
+      const double ms_t = time_ms(20, [&] {
+        cuda::mmq::grouped({.w = one, .expert_stride = stride, .n_expert = int32_t(X), .order = order.as<int32_t>(),
+                            .tiles = tiles.as<int32_t>(), .max_tiles = cuda::moe_max_tiles(n_slots, X, ts),
+                            .tile_slots = ts, .act = scratch.as<uint8_t>(), .act_stride = uint64_t(cols / 32) * 34,
+                            .act_div = per_slot ? 1 : K, .y = dy.as<float>(), .tile = tile});
+      });
+      EXPECT_EQ(download<float>(dy, n_slots * rows), got) << "tile " << tile.rows << "x" << tile.tokens;
+      std::printf("[throughput]   product only, tile %dx%d: %.3f ms, %.1f TOPS, %.0f GB/s of distinct expert "
+                  "weights\n", tile.rows, tile.tokens, ms_t, ops / ms_t / 1e9, bytes / ms_t / 1e6);
+    }
   }
 }
 

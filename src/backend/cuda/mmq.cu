@@ -1,18 +1,34 @@
 // Prefill products on the int8 tensor cores (mma.sync m16n8k32, sm_80 and later): Q4_0 / Q8_0 weights times Q8_0
-// activations. k = 32 is one quant block, so one MMA yields the exact integer block dots of a 16-row x 8-token tile;
-// each is scaled and accumulated as fma(d_w * d_a, float(dot), acc), the arithmetic of matmul.cu's dp4a kernel, with
-// the blocks summed in index order instead of lane-strided and warp-reduced (only the f32 summation order differs).
+// activations. k = 32 is one quant block, so one MMA yields the exact integer block dots of a 16-row x 8-token tile.
+// Each is scaled and accumulated as acc = fma(d_w * dot, d_a, acc), d_w * dot rounded once (where the dp4a kernel
+// rounds nothing before its fma: the difference is one f32 rounding of each block's term), the blocks summed in
+// index order.
 //
-// A block of 4 warps computes 64 weight rows x BN tokens (BN 32 or 64); warp (wm, wn) a 32-row x BN/2-token quarter
-// as 2 x BN/16 MMA tiles. K runs in stages of 4 quant blocks: the next stage's raw blocks are loaded into registers
-// while the current one multiplies from shared memory (two buffers, one barrier per stage). Shared layout per buffer:
-//   w  [64 rows][4 blocks x 32 int8 + 16 pad]   Q4_0 unpacked to signed int8 (nibble - 8), Q8_0 copied
+// The scaling is the hot part of the loop (two fmas per MMA output and block): the MMA's int32 accumulator starts at
+// the bits of 1.5 * 2^23, so that its result read as a float is 1.5 * 2^23 + dot exactly (|dot| < 2^22), and
+// fma(d_w, that, -d_w * 1.5 * 2^23) removes the offset and scales in one instruction (-d_w * 1.5 * 2^23 is exact: d_w
+// comes from an f16 and has 11 significant bits). The pairs {d_w, -d_w * 1.5 * 2^23} are computed once per stage.
+//
+// A block of BM / 32 x 2 warps computes BM weight rows (128, or 64 for grids too small to fill the GPU) x BN tokens
+// (64, or 32 for small batches); warp (wm, wn) a 32-row x BN/2-token part as 2 x BN/16 MMA tiles. K runs in stages
+// of 4 quant blocks: the next stage's raw blocks are loaded into registers while the current one multiplies from
+// shared memory (two buffers, one barrier per stage). The loads are coalesced: consecutive lanes read consecutive
+// 4-byte words of one row's stage (16 lanes a Q4_0 row, a warp a Q8_0 row or an activation row), as 16-bit halves
+// because the 18- and 34-byte quant blocks are only 2-byte aligned; the scales come in a second, narrower pass.
+// Shared layout per buffer:
+//   w  [BM rows][4 blocks x 32 int8 + 16 pad]   Q4_0 unpacked to signed int8 (nibble - 8), Q8_0 copied
 //   a  [BN tokens][4 blocks x 32 int8 + 16 pad]
-//   dw [4][64 + 8] f32, da [4][BN + 8] f32      the blocks' scales
+//   dw [4][BM] {d_w, -d_w * 1.5 * 2^23}, da [4][BN] f32
 // Rows of 144 bytes put the 8 rows that one ldmatrix phase reads into distinct banks. Rows past the matrix, tokens
 // past the tile and blocks past the row are zeros with scale 0, and their results are never stored.
 //
-// Quant blocks are 18 or 34 bytes long and so only 2-byte aligned: global reads are 16-bit words (dev::load_i32_a2).
+// Grouped experts: moe_plan cuts each expert's slots into tiles of tile_slots; the kernel merges runs of
+// 64 / tile_slots consecutive tiles of one expert into one item of up to 64 slots, so an expert's weights are read
+// once per 64 slots. Block column ty takes plan tile ty if it leads such a run and leaves otherwise, as it does past
+// the plan's tile count read on the device (the grid is sized for the most tiles a plan can have).
+#include <algorithm>
+#include <utility>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mmq.cuh"
 #include "diskformer/backend/cuda/check.h"
@@ -24,20 +40,32 @@ using gguf::GgmlType;
 
 namespace {
 
-constexpr int kThreads = 128;                // 4 warps
-constexpr int kBM = 64;                      // weight rows per block
-constexpr int kKB = 4;                       // quant blocks per stage
-constexpr int kRowBytes = kKB * 32 + 16;     // shared row: 4 blocks of int8 + pad
-constexpr int kLoadRows = kThreads / kKB;    // rows (or tokens) one pass of the block's threads loads
+constexpr int kKB = 4;                   // quant blocks per stage
+constexpr int kRowBytes = kKB * 32 + 16;  // shared row: 4 blocks of int8 + pad
+constexpr int kMaxBN = 64;
+constexpr uint32_t kBiasBits = 0x4B400000u;  // 1.5 * 2^23
+constexpr float kBias = 12582912.0f;
 
-template <int BN>
+template <int BM>
+constexpr int threads_of() {
+  return BM / 32 * 2 * 32;  // BM / 32 x 2 warps
+}
+// Blocks per SM the launch bounds ask for: <= 128 registers a thread, except 64 x 64 (16 activation words a thread
+// in flight), which would spill there.
+template <int BM, int BN>
+constexpr int min_blocks_of() {
+  return BM == 128 ? 2 : BN == 64 ? 3 : 4;
+}
+
+template <int BM, int BN>
 struct Smem {
-  alignas(16) int8_t w[2][kBM * kRowBytes];
-  alignas(16) int8_t a[2][BN * kRowBytes];
-  float dw[2][kKB][kBM + 8];
-  alignas(8) float da[2][kKB][BN + 8];
-  int32_t src[BN];  // activation row of each block column
-  int32_t dst[BN];  // output row of each block column
+  int8_t w[2][BM * kRowBytes];
+  int8_t a[2][BN * kRowBytes];
+  float2 dw[2][kKB][BM];
+  float da[2][kKB][BN];
+  const uint8_t* arow[BN];  // activation row of each block column, nullptr past the item
+  int32_t dst[BN];          // output row of each block column
+  int32_t hdr[4];           // grouped: the item's expert, first slot, slot count (0: absorbed by an earlier item)
 };
 
 // What a launch multiplies; tiles == nullptr: dense (block column t0 + i is token t0 + i), else moe_plan's tiles.
@@ -53,21 +81,32 @@ struct Params {
   int64_t n_tok = 0;
   const int32_t* order = nullptr;
   const int32_t* tiles = nullptr;
+  int32_t group = 1;  // plan tiles merged into one item
   int32_t act_div = 1;
   float* y = nullptr;
 };
 
-// One thread's share of a stage's raw blocks: weight rows tid / 4 + 32 i, activation rows likewise, block tid % 4.
-template <GgmlType T, int BN>
+// One thread's share of a stage's raw data. Weight word j = tid % kWInts of rows tid / kWInts + kWRowsPerPass * i;
+// activation word lane of tokens warp + kWarps * i; scales of (row or token, block) t / 4, t % 4 for
+// t = tid + kThreads * i.
+template <GgmlType T, int BM, int BN>
 struct Stage {
-  static constexpr int kWPer = kBM * kKB / kThreads;
-  static constexpr int kAPer = BN * kKB / kThreads;
-  static constexpr int kWWords = T == GgmlType::Q4_0 ? 4 : 8;
-  static constexpr int kWBytes = T == GgmlType::Q4_0 ? dev::kQ4Bytes : dev::kQ8Bytes;
-  uint32_t wq[kWPer][kWWords];
-  uint16_t wd[kWPer];
-  uint32_t aq[kAPer][8];
-  uint16_t ad[kAPer];
+  static constexpr int kThreads = threads_of<BM>();
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kBlockBytes = T == GgmlType::Q4_0 ? dev::kQ4Bytes : dev::kQ8Bytes;
+  static constexpr int kWordsPerBlock = T == GgmlType::Q4_0 ? 4 : 8;
+  static constexpr int kWInts = kKB * kWordsPerBlock;  // quant words of one row's stage
+  static constexpr int kWRowsPerPass = kThreads / kWInts;
+  static constexpr int kWPer = BM / kWRowsPerPass;
+  static constexpr int kAPer = BN / kWarps;
+  static constexpr int kWScales = BM * kKB / kThreads;
+  static constexpr int kAScales = (BN * kKB + kThreads - 1) / kThreads;
+  static_assert(kThreads % kWInts == 0 && BM % kWRowsPerPass == 0 && BN % kWarps == 0);
+  static_assert(BM * kKB % kThreads == 0);
+  uint32_t wq[kWPer];
+  uint16_t wd[kWScales];
+  uint32_t aq[kAPer];
+  uint16_t ad[kAScales];
 };
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const int8_t* p) {
@@ -78,93 +117,124 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const int8_t* p) {
                : "memory");
 }
 
-// c = A (16 x 32, row-major fragment a) * B (32 x 8, column-major fragment b0, b1), int32, from zero.
-__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// c = kBiasBits + A (16 x 32, row-major fragment a) * B (32 x 8, column-major fragment b0, b1), int32.
+__device__ __forceinline__ void mma_s8_biased(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %11, %12, %13};\n"
+      "{%10, %10, %10, %10};\n"
       : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(kBiasBits));
 }
 
-// float(v), exact for |v| < 2^22 (a block dot is at most 32 * 128 * 128 = 2^19): the 1.5 * 2^23 bias trick costs an
-// integer add and a float subtract instead of the quarter-rate conversion, in the loop's hottest part.
-__device__ __forceinline__ float block_dot_to_float(int v) { return __int_as_float(0x4B400000 + v) - 12582912.0f; }
+// Bytes of 4 nibbles (0..15) minus 8 as int8, without borrows between bytes: n + 0x78 <= 0x87, then flipping bit 7
+// subtracts 128.
+__device__ __forceinline__ uint32_t nibbles_minus_8(uint32_t n) { return (n + 0x78787878u) ^ 0x80808080u; }
 
-// Block b of the thread's rows (nullptr: past the matrix or the tile); in_k false: past the row end. Both read as
-// zeros.
-template <GgmlType T, int BN>
-__device__ __forceinline__ void load_stage(Stage<T, BN>& st, const uint8_t* const (&wrow)[Stage<T, BN>::kWPer],
-                                           const uint8_t* const (&arow)[Stage<T, BN>::kAPer], int64_t b, bool in_k) {
-  using S = Stage<T, BN>;
-#pragma unroll
-  for (int i = 0; i < S::kWPer; ++i) {
-    if (wrow[i] != nullptr && in_k) {
-      const uint8_t* p = wrow[i] + b * S::kWBytes;
-      st.wd[i] = *reinterpret_cast<const uint16_t*>(p);
-#pragma unroll
-      for (int k = 0; k < S::kWWords; ++k) st.wq[i][k] = uint32_t(dev::load_i32_a2(p + 2 + 4 * k));
-    } else {
-      st.wd[i] = 0;
-#pragma unroll
-      for (int k = 0; k < S::kWWords; ++k) st.wq[i][k] = T == GgmlType::Q4_0 ? 0x88888888u : 0u;  // zeros after - 8
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < S::kAPer; ++i) {
-    if (arow[i] != nullptr && in_k) {
-      const uint8_t* p = arow[i] + b * dev::kQ8Bytes;
-      st.ad[i] = *reinterpret_cast<const uint16_t*>(p);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) st.aq[i][k] = uint32_t(dev::load_i32_a2(p + 2 + 4 * k));
-    } else {
-      st.ad[i] = 0;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) st.aq[i][k] = 0;
-    }
-  }
-}
+// The block's view of one item: its weight rows, activation rows and block count.
+struct Item {
+  const uint8_t* w = nullptr;  // row m0 of the (expert's) matrix
+  int rows_left = 0;           // rows from m0 to the matrix end, at most BM
+  int nb = 0;                  // quant blocks per row
+  uint32_t row_bytes = 0;
+};
 
-template <GgmlType T, int BN>
-__device__ __forceinline__ void store_stage(const Stage<T, BN>& st, Smem<BN>& sm, int buf, int tid) {
-  using S = Stage<T, BN>;
-  const int kb = tid % kKB;
+// Stage s's raw blocks into registers; rows past the matrix or tokens past the item (arow nullptr) and blocks past
+// the row end read as zeros.
+template <GgmlType T, int BM, int BN>
+__device__ __forceinline__ void load_stage(Stage<T, BM, BN>& st, const Smem<BM, BN>& sm, const Params& p,
+                                           const Item& it, int s, int tid) {
+  using S = Stage<T, BM, BN>;
+  const int b0 = s * kKB;
+  // The row addresses are recomputed each stage (one multiply-add each) rather than held in registers.
+  const uint8_t* w = it.w;
+  asm volatile("" : "+l"(w));
+  {
+    const int j = tid % S::kWInts, kb = j / S::kWordsPerBlock, wi = j % S::kWordsPerBlock;
+    const bool in_k = b0 + kb < it.nb;
+    const int r0 = tid / S::kWInts;
+    const uint8_t* base = w + (b0 + kb) * S::kBlockBytes + 2 + 4 * wi;
 #pragma unroll
-  for (int i = 0; i < S::kWPer; ++i) {
-    const int r = tid / kKB + kLoadRows * i;
-    uint4* d = reinterpret_cast<uint4*>(sm.w[buf] + r * kRowBytes + kb * 32);
-    if constexpr (T == GgmlType::Q4_0) {
-      // Byte j of the 16 holds element j (low nibble) and j + 16 (high nibble).
-      uint32_t lo[4], hi[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        lo[k] = __vsubss4(st.wq[i][k] & 0x0f0f0f0fu, 0x08080808u);
-        hi[k] = __vsubss4((st.wq[i][k] >> 4) & 0x0f0f0f0fu, 0x08080808u);
+    for (int i = 0; i < S::kWPer; ++i) {
+      const int r = r0 + S::kWRowsPerPass * i;
+      if (in_k && r < it.rows_left) {
+        st.wq[i] = uint32_t(dev::load_i32_a2(base + uint32_t(r) * it.row_bytes));
+      } else {
+        st.wq[i] = T == GgmlType::Q4_0 ? 0x88888888u : 0u;  // zeros after - 8
       }
-      d[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      d[1] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    } else {
-      d[0] = make_uint4(st.wq[i][0], st.wq[i][1], st.wq[i][2], st.wq[i][3]);
-      d[1] = make_uint4(st.wq[i][4], st.wq[i][5], st.wq[i][6], st.wq[i][7]);
     }
-    sm.dw[buf][kb][r] = dev::f16_to_f32(st.wd[i]);
   }
 #pragma unroll
-  for (int i = 0; i < S::kAPer; ++i) {
-    const int n = tid / kKB + kLoadRows * i;
-    uint4* d = reinterpret_cast<uint4*>(sm.a[buf] + n * kRowBytes + kb * 32);
-    d[0] = make_uint4(st.aq[i][0], st.aq[i][1], st.aq[i][2], st.aq[i][3]);
-    d[1] = make_uint4(st.aq[i][4], st.aq[i][5], st.aq[i][6], st.aq[i][7]);
-    sm.da[buf][kb][n] = dev::f16_to_f32(st.ad[i]);
+  for (int i = 0; i < S::kWScales; ++i) {
+    const int t = tid + S::kThreads * i, r = t / kKB, kb = t % kKB;
+    st.wd[i] = b0 + kb < it.nb && r < it.rows_left
+                   ? *reinterpret_cast<const uint16_t*>(w + uint32_t(r) * it.row_bytes + (b0 + kb) * S::kBlockBytes)
+                   : uint16_t(0);
+  }
+  {
+    const int lane = tid % 32, warp = tid / 32, kb = lane / 8, wi = lane % 8;
+    const bool in_k = b0 + kb < it.nb;
+    const int off = (b0 + kb) * dev::kQ8Bytes + 2 + 4 * wi;
+#pragma unroll
+    for (int i = 0; i < S::kAPer; ++i) {
+      const uint8_t* ar = sm.arow[warp + S::kWarps * i];
+      st.aq[i] = ar != nullptr && in_k ? uint32_t(dev::load_i32_a2(ar + off)) : 0u;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < S::kAScales; ++i) {
+    const int t = tid + S::kThreads * i, n = t / kKB, kb = t % kKB;
+    const uint8_t* ar = t < BN * kKB ? sm.arow[n] : nullptr;
+    st.ad[i] = ar != nullptr && b0 + kb < it.nb
+                   ? *reinterpret_cast<const uint16_t*>(ar + (b0 + kb) * dev::kQ8Bytes)
+                   : uint16_t(0);
   }
 }
 
-// The warp's 32 x BN/2 quarter over the first kbn blocks of shared buffer buf. Fragment layouts (PTX ISA, mma
+template <GgmlType T, int BM, int BN>
+__device__ __forceinline__ void store_stage(const Stage<T, BM, BN>& st, Smem<BM, BN>& sm, int buf, int tid) {
+  using S = Stage<T, BM, BN>;
+  {
+    const int j = tid % S::kWInts, kb = j / S::kWordsPerBlock, wi = j % S::kWordsPerBlock;
+    const int r0 = tid / S::kWInts;
+#pragma unroll
+    for (int i = 0; i < S::kWPer; ++i) {
+      int8_t* d = sm.w[buf] + (r0 + S::kWRowsPerPass * i) * kRowBytes + kb * 32 + 4 * wi;
+      if constexpr (T == GgmlType::Q4_0) {
+        // Byte b of the block's 16 holds element b (low nibble) and b + 16 (high nibble).
+        *reinterpret_cast<uint32_t*>(d) = nibbles_minus_8(st.wq[i] & 0x0f0f0f0fu);
+        *reinterpret_cast<uint32_t*>(d + 16) = nibbles_minus_8((st.wq[i] >> 4) & 0x0f0f0f0fu);
+      } else {
+        *reinterpret_cast<uint32_t*>(d) = st.wq[i];
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < S::kWScales; ++i) {
+    const int t = tid + S::kThreads * i;
+    const float d = dev::f16_to_f32(st.wd[i]);
+    sm.dw[buf][t % kKB][t / kKB] = make_float2(d, -d * kBias);
+  }
+  {
+    const int lane = tid % 32, warp = tid / 32, kb = lane / 8, wi = lane % 8;
+#pragma unroll
+    for (int i = 0; i < S::kAPer; ++i) {
+      const int n = warp + S::kWarps * i;
+      *reinterpret_cast<uint32_t*>(sm.a[buf] + n * kRowBytes + kb * 32 + 4 * wi) = st.aq[i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < S::kAScales; ++i) {
+    const int t = tid + S::kThreads * i;
+    if (t < BN * kKB) sm.da[buf][t % kKB][t / kKB] = dev::f16_to_f32(st.ad[i]);
+  }
+}
+
+// The warp's 32 x BN/2 part over the first kbn blocks of shared buffer buf. Fragment layouts (PTX ISA, mma
 // m16n8k32 .s8): with g = lane / 4 and q = lane % 4, A register 0..3 holds row g / g+8 / g / g+8 at bytes 4q.. of k
 // half 0 / 0 / 1 / 1; B register 0 / 1 token g at bytes 4q.. of k half 0 / 1; C 0..3 row g / g / g+8 / g+8, token
 // 2q / 2q+1 / 2q / 2q+1. ldmatrix.x4 hands lane l word l % 4 of row l / 4 of matrix 0..3, the matrices' row
 // addresses coming from lanes 0-7, 8-15, 16-23, 24-31.
-template <int BN>
-__device__ __forceinline__ void multiply_stage(const Smem<BN>& sm, int buf, int kbn, int wm, int wn, int lane,
+template <int BM, int BN>
+__device__ __forceinline__ void multiply_stage(const Smem<BM, BN>& sm, int buf, int kbn, int wm, int wn, int lane,
                                                float (&acc)[2][BN / 16][4]) {
   constexpr int kNT = BN / 16;  // 8-token MMA tiles per warp
   const int g = lane / 4, q = lane % 4;
@@ -188,7 +258,7 @@ __device__ __forceinline__ void multiply_stage(const Smem<BN>& sm, int buf, int 
         bf[2 * j2 + 1][0] = r[2];
         bf[2 * j2 + 1][1] = r[3];
       }
-      float dw[2][2];
+      float2 dw[2][2];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -202,100 +272,162 @@ __device__ __forceinline__ void multiply_stage(const Smem<BN>& sm, int buf, int 
 #pragma unroll
         for (int j = 0; j < kNT; ++j) {
           int c[4];
-          mma_s8(c, af[i], bf[j][0], bf[j][1]);
-          acc[i][j][0] = fmaf(dw[i][0] * da[j].x, block_dot_to_float(c[0]), acc[i][j][0]);
-          acc[i][j][1] = fmaf(dw[i][0] * da[j].y, block_dot_to_float(c[1]), acc[i][j][1]);
-          acc[i][j][2] = fmaf(dw[i][1] * da[j].x, block_dot_to_float(c[2]), acc[i][j][2]);
-          acc[i][j][3] = fmaf(dw[i][1] * da[j].y, block_dot_to_float(c[3]), acc[i][j][3]);
+          mma_s8_biased(c, af[i], bf[j][0], bf[j][1]);
+          acc[i][j][0] = fmaf(fmaf(dw[i][0].x, __int_as_float(c[0]), dw[i][0].y), da[j].x, acc[i][j][0]);
+          acc[i][j][1] = fmaf(fmaf(dw[i][0].x, __int_as_float(c[1]), dw[i][0].y), da[j].y, acc[i][j][1]);
+          acc[i][j][2] = fmaf(fmaf(dw[i][1].x, __int_as_float(c[2]), dw[i][1].y), da[j].x, acc[i][j][2]);
+          acc[i][j][3] = fmaf(fmaf(dw[i][1].x, __int_as_float(c[3]), dw[i][1].y), da[j].y, acc[i][j][3]);
         }
     }
   }
 }
 
-// grid: (ceil(rows / 64), dense ? ceil(n_tok / BN) : max tiles); blocks past the plan's tile count leave.
-template <GgmlType T, int BN>
-__global__ void __launch_bounds__(kThreads) mmq_kernel(const Params p) {
-  using S = Stage<T, BN>;
-  __shared__ Smem<BN> sm;
-  const int tid = threadIdx.x;
-  const uint8_t* w = p.w;
-  int cnt;
-  if (p.tiles != nullptr) {
-    const int ty = blockIdx.y;
-    if (ty >= p.tiles[0]) return;  // the whole block: before any barrier
-    const int32_t e = p.tiles[1 + 3 * ty], first = p.tiles[2 + 3 * ty];
-    cnt = p.tiles[3 + 3 * ty];
-    if (e < 0 || e >= p.n_expert || cnt < 1 || cnt > BN) __trap();  // a corrupt plan: a bug
-    w += uint64_t(e) * p.expert_stride;
-    for (int n = tid; n < cnt; n += kThreads) {
-      const int32_t v = p.order[first + n];
-      sm.src[n] = v / p.act_div;
-      sm.dst[n] = v;
-    }
-  } else {
-    const int64_t t0 = int64_t(blockIdx.y) * BN;
-    cnt = int(min(int64_t(BN), p.n_tok - t0));
-    for (int n = tid; n < cnt; n += kThreads) sm.src[n] = sm.dst[n] = int32_t(t0 + n);
+// Grouped: the header of item ty into sm.hdr (warp 0). The item is absorbed (count 0) unless the plan tile ty is the
+// first of a run of p.group tiles of its expert, counted from the expert's first tile; a leader takes the slots of
+// the run's tiles, which are consecutive in the plan and in order.
+__device__ __forceinline__ void item_header(const Params& p, int ty, int n_tiles, int lane, int32_t (&hdr)[4]) {
+  const int32_t e = p.tiles[1 + 3 * ty];
+  int before = 0;  // tiles of expert e before ty
+  for (int base = ty - 1; base >= 0; base -= 32) {
+    const int idx = base - lane;
+    const unsigned same = __ballot_sync(0xffffffffu, idx >= 0 && p.tiles[1 + 3 * idx] == e);
+    const int run = same == 0xffffffffu ? 32 : __ffs(int(~same)) - 1;
+    before += run;
+    if (run < 32) break;
   }
-  __syncthreads();
+  int cnt = 0;
+  if (before % p.group == 0) {
+    const int idx = ty + lane;
+    const int c = lane < p.group && idx < n_tiles && p.tiles[1 + 3 * idx] == e ? p.tiles[3 + 3 * idx] : 0;
+    cnt = __reduce_add_sync(0xffffffffu, c);
+  }
+  if (lane == 0) {
+    hdr[0] = e;
+    hdr[1] = p.tiles[2 + 3 * ty];
+    hdr[2] = cnt;
+  }
+}
 
-  const int64_t m0 = int64_t(blockIdx.x) * kBM;
-  const uint8_t* wrow[S::kWPer];
-#pragma unroll
-  for (int i = 0; i < S::kWPer; ++i) {
-    const int64_t r = m0 + tid / kKB + kLoadRows * i;
-    wrow[i] = r < p.rows ? w + r * p.row_bytes : nullptr;
-  }
-  const uint8_t* arow[S::kAPer];
-#pragma unroll
-  for (int i = 0; i < S::kAPer; ++i) {
-    const int n = tid / kKB + kLoadRows * i;
-    arow[i] = n < cnt ? p.act + uint64_t(sm.src[n]) * p.act_stride : nullptr;
-  }
-  const int warp = tid / 32, lane = tid % 32;
-  const int wm = warp % 2, wn = warp / 2;
-  float acc[2][BN / 16][4] = {};
-  const int64_t n_stages = (p.nb + kKB - 1) / kKB;
-  Stage<T, BN> st;
-  load_stage<T, BN>(st, wrow, arow, tid % kKB, tid % kKB < p.nb);
-  store_stage<T, BN>(st, sm, 0, tid);
-  __syncthreads();
-  for (int64_t s = 0; s < n_stages; ++s) {
-    const bool more = s + 1 < n_stages;
-    if (more) {
-      const int64_t b = (s + 1) * kKB + tid % kKB;
-      load_stage<T, BN>(st, wrow, arow, b, b < p.nb);
-    }
-    multiply_stage<BN>(sm, int(s & 1), int(min(int64_t(kKB), p.nb - s * kKB)), wm, wn, lane, acc);
-    // The other buffer was last read by the previous stage's multiply, which every thread finished before the
-    // barrier that ended it.
-    if (more) store_stage<T, BN>(st, sm, int((s + 1) & 1), tid);
-    __syncthreads();
-  }
+// grid: (ceil(rows / BM), dense ? ceil(n_tok / BN) : up to the plan's tile records); each block loops over items
+// blockIdx.y, blockIdx.y + gridDim.y, ... below the item count.
+template <GgmlType T, int BM, int BN>
+__global__ void __launch_bounds__(threads_of<BM>(), min_blocks_of<BM, BN>()) mmq_kernel(const Params p) {
+  using S = Stage<T, BM, BN>;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  Smem<BM, BN>& sm = *reinterpret_cast<Smem<BM, BN>*>(smem_raw);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wm = warp % (BM / 32), wn = warp / (BM / 32);
+  const bool grouped = p.tiles != nullptr;
+  const int n_items = grouped ? p.tiles[0] : int((p.n_tok + BN - 1) / BN);
+  const int64_t m0 = int64_t(blockIdx.x) * BM;
+  const int nb = int(p.nb), n_stages = (nb + kKB - 1) / kKB;
 
-  const int g = lane / 4, q = lane % 4;
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < BN / 16; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int64_t r = m0 + wm * 32 + i * 16 + (c / 2) * 8 + g;
-        const int n = wn * (BN / 2) + j * 8 + 2 * q + (c % 2);
-        if (r < p.rows && n < cnt) p.y[int64_t(sm.dst[n]) * p.rows + r] = acc[i][j][c];
+  for (int ty = blockIdx.y; ty < n_items; ty += gridDim.y) {
+    Item it;
+    int cnt;
+    if (grouped) {
+      if (warp == 0) item_header(p, ty, n_items, lane, sm.hdr);
+      __syncthreads();
+      const int32_t e = sm.hdr[0], first = sm.hdr[1];
+      cnt = sm.hdr[2];
+      if (cnt == 0) {
+        __syncthreads();  // every thread has read the header before warp 0 writes the next one
+        continue;
       }
+      if (e < 0 || e >= p.n_expert || cnt > BN) __trap();  // a corrupt plan: a bug
+      it.w = p.w + uint64_t(e) * p.expert_stride;
+      for (int n = tid; n < BN; n += S::kThreads) {
+        const int32_t v = n < cnt ? p.order[first + n] : 0;
+        sm.arow[n] = n < cnt ? p.act + uint64_t(v / p.act_div) * p.act_stride : nullptr;
+        sm.dst[n] = v;
+      }
+    } else {
+      const int64_t t0 = int64_t(ty) * BN;
+      cnt = int(min(int64_t(BN), p.n_tok - t0));
+      it.w = p.w;
+      for (int n = tid; n < BN; n += S::kThreads) {
+        sm.arow[n] = n < cnt ? p.act + uint64_t(t0 + n) * p.act_stride : nullptr;
+        sm.dst[n] = int32_t(t0 + n);
+      }
+    }
+    it.w += uint64_t(m0) * p.row_bytes;
+    it.rows_left = int(min(int64_t(BM), p.rows - m0));
+    it.nb = nb;
+    it.row_bytes = uint32_t(p.row_bytes);
+    __syncthreads();
+
+    // Warps whose tokens all lie past the item skip the products (their results are never stored).
+    const bool active = wn * (BN / 2) < cnt;
+    float acc[2][BN / 16][4] = {};
+    Stage<T, BM, BN> st;
+    load_stage<T, BM, BN>(st, sm, p, it, 0, tid);
+    store_stage<T, BM, BN>(st, sm, 0, tid);
+    __syncthreads();
+    for (int s = 0; s < n_stages; ++s) {
+      const bool more = s + 1 < n_stages;
+      if (more) load_stage<T, BM, BN>(st, sm, p, it, s + 1, tid);
+      if (active) multiply_stage<BM, BN>(sm, s & 1, min(kKB, nb - s * kKB), wm, wn, lane, acc);
+      // The other buffer was last read by the previous stage's multiply, which every thread finished before the
+      // barrier that ended it.
+      if (more) store_stage<T, BM, BN>(st, sm, (s + 1) & 1, tid);
+      __syncthreads();
+    }
+
+    if (active) {
+      const int g = lane / 4, q = lane % 4;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < BN / 16; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int r = wm * 32 + i * 16 + (c / 2) * 8 + g;
+            const int n = wn * (BN / 2) + j * 8 + 2 * q + (c % 2);
+            if (r < it.rows_left && n < cnt) p.y[int64_t(sm.dst[n]) * p.rows + m0 + r] = acc[i][j][c];
+          }
+    }
+    __syncthreads();  // sm.dst and the header are rewritten by the next item
+  }
 }
 
 bool mma_type(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
 
-template <int BN>
-void launch(GgmlType t, const Params& p, dim3 grid, cudaStream_t stream) {
+int sm_count() {
+  int dev = 0, n = 0;
+  DF_CUDA_CHECK(cudaGetDevice(&dev));
+  DF_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+// grid.y == 0: grouped, as many item columns as fill the GPU next to gx row blocks, at most max_items.
+template <GgmlType T, int BM, int BN>
+void launch_t(const Params& p, unsigned gx, unsigned gy, cudaStream_t stream) {
+  constexpr int kSmem = int(sizeof(Smem<BM, BN>));
+  // Above the 48 KiB that a launch gets without asking (the attribute is per function and device: set every time).
+  DF_CUDA_CHECK(cudaFuncSetAttribute(mmq_kernel<T, BM, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  mmq_kernel<T, BM, BN><<<dim3{gx, gy}, threads_of<BM>(), kSmem, stream>>>(p);
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+template <int BM, int BN>
+void launch(GgmlType t, const Params& p, unsigned gx, unsigned gy, cudaStream_t stream) {
   switch (t) {
-    case GgmlType::Q4_0: mmq_kernel<GgmlType::Q4_0, BN><<<grid, kThreads, 0, stream>>>(p); break;
-    case GgmlType::Q8_0: mmq_kernel<GgmlType::Q8_0, BN><<<grid, kThreads, 0, stream>>>(p); break;
+    case GgmlType::Q4_0: launch_t<GgmlType::Q4_0, BM, BN>(p, gx, gy, stream); break;
+    case GgmlType::Q8_0: launch_t<GgmlType::Q8_0, BM, BN>(p, gx, gy, stream); break;
     default: DF_CHECK(false);
   }
-  DF_CUDA_CHECK_LAUNCH();
+}
+
+void launch_shape(int bm, int bn, GgmlType t, const Params& p, unsigned gx, unsigned gy, cudaStream_t stream) {
+  if (bm == 128 && bn == 64) {
+    launch<128, 64>(t, p, gx, gy, stream);
+  } else if (bm == 128) {
+    launch<128, 32>(t, p, gx, gy, stream);
+  } else if (bn == 64) {
+    launch<64, 64>(t, p, gx, gy, stream);
+  } else {
+    launch<64, 32>(t, p, gx, gy, stream);
+  }
 }
 
 void check_common(const DMat& w, const uint8_t* act, uint64_t act_stride, const float* y) {
@@ -305,15 +437,31 @@ void check_common(const DMat& w, const uint8_t* act, uint64_t act_stride, const 
   DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 2 == 0 && w.row_bytes % 2 == 0);
   DF_CHECK(reinterpret_cast<uintptr_t>(act) % 2 == 0 && act_stride % 2 == 0);
   DF_CHECK(act_stride >= uint64_t(w.cols / dev::kQK) * dev::kQ8Bytes);
+  // 32-bit offsets inside a block's rows and blocks.
+  DF_CHECK(w.rows <= 0x7fffffff && w.row_bytes <= (uint64_t(1) << 24) && w.cols / dev::kQK <= 0x7fffffff / 64);
 }
 
 }  // namespace
 
-void dense(const DMat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok, float* y, cudaStream_t stream) {
+void dense(const DMat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok, float* y, cudaStream_t stream,
+           Tile tile) {
   check_common(w, act, act_stride, y);
-  DF_CHECK(n_tok > 0);
-  const int bn = n_tok <= 32 ? 32 : 64;
-  const int64_t gx = (w.rows + kBM - 1) / kBM, gy = (n_tok + bn - 1) / bn;
+  DF_CHECK(n_tok > 0 && n_tok <= 0x7fffffff);
+  int bm = tile.rows, bn = tile.tokens;
+  if (bm == 0 && bn == 0) {
+    // The largest tile whose grid still gives every SM a block; else the one with the most blocks.
+    const int64_t sms = sm_count();
+    bm = 64, bn = 32;
+    for (auto [m, n] : {std::pair{128, 64}, {64, 64}, {128, 32}}) {
+      if (n == 64 && n_tok <= 32) continue;
+      if ((w.rows + m - 1) / m * ((n_tok + n - 1) / n) >= sms) {
+        bm = m, bn = n;
+        break;
+      }
+    }
+  }
+  DF_CHECK((bm == 64 || bm == 128) && (bn == 32 || bn == 64));
+  const int64_t gx = (w.rows + bm - 1) / bm, gy = (n_tok + bn - 1) / bn;
   DF_CHECK(gx <= 0x7fffffff && gy <= 65535);
   Params p;
   p.w = w.data;
@@ -324,22 +472,27 @@ void dense(const DMat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok
   p.act_stride = act_stride;
   p.n_tok = n_tok;
   p.y = y;
-  const dim3 grid{unsigned(gx), unsigned(gy)};
-  if (bn == 32) {
-    launch<32>(w.type, p, grid, stream);
-  } else {
-    launch<64>(w.type, p, grid, stream);
-  }
+  launch_shape(bm, bn, w.type, p, unsigned(gx), unsigned(gy), stream);
 }
 
 void grouped(const GroupedArgs& a) {
   check_common(a.w, a.act, a.act_stride, a.y);
   DF_CHECK(a.order != nullptr && a.tiles != nullptr && a.n_expert > 0 && a.act_div >= 1);
-  DF_CHECK(a.tile_slots >= 1 && a.tile_slots <= 64 && a.max_tiles > 0);
+  DF_CHECK(a.tile_slots >= 1 && a.tile_slots <= kMaxBN && a.max_tiles > 0 && a.max_tiles <= 0x7fffffff);
   DF_CHECK(a.expert_stride >= uint64_t(a.w.rows) * a.w.row_bytes);
-  const int bn = a.tile_slots <= 32 ? 32 : 64;
-  const int64_t gx = (a.w.rows + kBM - 1) / kBM;
-  DF_CHECK(gx <= 0x7fffffff && a.max_tiles <= 65535);
+  const int bm = a.tile.rows != 0 ? a.tile.rows : 128;
+  // Runs of `group` plan tiles of one expert per item: at most group * tile_slots <= bn slots, at most 32 tiles (a
+  // warp counts them).
+  int bn = a.tile.tokens != 0 ? a.tile.tokens : kMaxBN;
+  DF_CHECK((bm == 64 || bm == 128) && (bn == 32 || bn == 64) && a.tile_slots <= bn);
+  const int group = std::min(bn / int(a.tile_slots), 32);
+  if (a.tile.tokens == 0 && group * a.tile_slots <= 32) bn = 32;
+  const int64_t gx = (a.w.rows + bm - 1) / bm;
+  DF_CHECK(gx <= 0x7fffffff);
+  // A block column per plan tile record: the hardware hands the blocks out as SMs free up, which balances the items
+  // (a smaller grid looping over items at a fixed stride would leave some blocks with about twice the average number
+  // of items at the 30B shape); absorbed and unused records leave after reading the plan.
+  const int64_t gy = std::min<int64_t>(a.max_tiles, 65535);
   Params p;
   p.w = a.w.data;
   p.expert_stride = a.expert_stride;
@@ -351,14 +504,10 @@ void grouped(const GroupedArgs& a) {
   p.act_stride = a.act_stride;
   p.order = a.order;
   p.tiles = a.tiles;
+  p.group = group;
   p.act_div = a.act_div;
   p.y = a.y;
-  const dim3 grid{unsigned(gx), unsigned(a.max_tiles)};
-  if (bn == 32) {
-    launch<32>(a.w.type, p, grid, a.stream);
-  } else {
-    launch<64>(a.w.type, p, grid, a.stream);
-  }
+  launch_shape(bm, bn, a.w.type, p, unsigned(gx), unsigned(gy), a.stream);
 }
 
 }  // namespace df::cuda::mmq

@@ -10,24 +10,34 @@
 
 namespace df::cuda::mmq {
 
+// A block's tile: weight rows (64 or 128) x tokens (32 or 64). Zeros: chosen from the shape and the GPU's SM count.
+// Every tile gives the same results bit for bit (each output sums its blocks in index order); tests force each one.
+struct Tile {
+  int rows = 0;
+  int tokens = 0;
+};
+
 // y[t][r] = dot(W row r, act row t) for t < n_tok.
-void dense(const DMat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok, float* y, cudaStream_t stream);
+void dense(const DMat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok, float* y, cudaStream_t stream,
+           Tile tile = {});
 
 // moe_plan's tiles (each <= tile_slots slots of one expert, tile_slots <= 64): block column i of tile (e, first,
-// cnt) multiplies expert e with act row order[first + i] / act_div and writes y row order[first + i].
+// cnt) multiplies expert e with act row order[first + i] / act_div and writes y row order[first + i]. Runs of
+// consecutive tiles of one expert are merged into items of up to tile.tokens (default 64) slots.
 struct GroupedArgs {
   DMat w;  // one expert
   uint64_t expert_stride = 0;
   int32_t n_expert = 0;
   const int32_t* order = nullptr;
   const int32_t* tiles = nullptr;
-  int64_t max_tiles = 0;  // moe_max_tiles(n_slots, n_expert, tile_slots): the grid's tile dimension
+  int64_t max_tiles = 0;  // moe_max_tiles(n_slots, n_expert, tile_slots): bounds the plan's tile count
   int32_t tile_slots = 0;
   const uint8_t* act = nullptr;
   uint64_t act_stride = 0;
   int32_t act_div = 1;
   float* y = nullptr;
   cudaStream_t stream = nullptr;
+  Tile tile;  // tile.tokens >= tile_slots where set
 };
 void grouped(const GroupedArgs& a);
 
