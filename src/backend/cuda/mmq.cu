@@ -233,9 +233,11 @@ __device__ __forceinline__ void store_stage(const Stage<T, BM, BN>& st, Smem<BM,
 // half 0 / 0 / 1 / 1; B register 0 / 1 token g at bytes 4q.. of k half 0 / 1; C 0..3 row g / g / g+8 / g+8, token
 // 2q / 2q+1 / 2q / 2q+1. ldmatrix.x4 hands lane l word l % 4 of row l / 4 of matrix 0..3, the matrices' row
 // addresses coming from lanes 0-7, 8-15, 16-23, 24-31.
-template <int BM, int BN>
+// Unless kFull, token tiles at or past n_valid (the item's tokens from the warp's first) are skipped: their results
+// are never stored. kFull (every token valid) keeps the full tile's loop free of branches.
+template <int BM, int BN, bool kFull>
 __device__ __forceinline__ void multiply_stage(const Smem<BM, BN>& sm, int buf, int kbn, int wm, int wn, int lane,
-                                               float (&acc)[2][BN / 16][4]) {
+                                               int n_valid, float (&acc)[2][BN / 16][4]) {
   constexpr int kNT = BN / 16;  // 8-token MMA tiles per warp
   const int g = lane / 4, q = lane % 4;
   // A matrices: rows +0-7 / +8-15 / +0-7 / +8-15, k half 0 / 0 / 1 / 1.
@@ -251,8 +253,8 @@ __device__ __forceinline__ void multiply_stage(const Smem<BM, BN>& sm, int buf, 
       uint32_t bf[kNT][2];
 #pragma unroll
       for (int j2 = 0; j2 < kNT / 2; ++j2) {
-        uint32_t r[4];
-        ldmatrix_x4(r, abase + j2 * 16 * kRowBytes + kb * 32);
+        uint32_t r[4] = {};
+        if (kFull || j2 * 16 < n_valid) ldmatrix_x4(r, abase + j2 * 16 * kRowBytes + kb * 32);
         bf[2 * j2][0] = r[0];
         bf[2 * j2][1] = r[1];
         bf[2 * j2 + 1][0] = r[2];
@@ -271,6 +273,7 @@ __device__ __forceinline__ void multiply_stage(const Smem<BM, BN>& sm, int buf, 
       for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int j = 0; j < kNT; ++j) {
+          if (!kFull && j * 8 >= n_valid) continue;
           int c[4];
           mma_s8_biased(c, af[i], bf[j][0], bf[j][1]);
           acc[i][j][0] = fmaf(fmaf(dw[i][0].x, __int_as_float(c[0]), dw[i][0].y), da[j].x, acc[i][j][0]);
@@ -356,8 +359,8 @@ __global__ void __launch_bounds__(threads_of<BM>(), min_blocks_of<BM, BN>()) mmq
     it.row_bytes = uint32_t(p.row_bytes);
     __syncthreads();
 
-    // Warps whose tokens all lie past the item skip the products (their results are never stored).
-    const bool active = wn * (BN / 2) < cnt;
+    // Warps whose tokens all lie past the item skip the products, the others the 8-token tiles past it.
+    const int n_valid = cnt - wn * (BN / 2);
     float acc[2][BN / 16][4] = {};
     Stage<T, BM, BN> st;
     load_stage<T, BM, BN>(st, sm, p, it, 0, tid);
@@ -366,14 +369,19 @@ __global__ void __launch_bounds__(threads_of<BM>(), min_blocks_of<BM, BN>()) mmq
     for (int s = 0; s < n_stages; ++s) {
       const bool more = s + 1 < n_stages;
       if (more) load_stage<T, BM, BN>(st, sm, p, it, s + 1, tid);
-      if (active) multiply_stage<BM, BN>(sm, s & 1, min(kKB, nb - s * kKB), wm, wn, lane, acc);
+      const int kbn = min(kKB, nb - s * kKB);
+      if (n_valid >= BN / 2) {
+        multiply_stage<BM, BN, true>(sm, s & 1, kbn, wm, wn, lane, n_valid, acc);
+      } else if (n_valid > 0) {
+        multiply_stage<BM, BN, false>(sm, s & 1, kbn, wm, wn, lane, n_valid, acc);
+      }
       // The other buffer was last read by the previous stage's multiply, which every thread finished before the
       // barrier that ended it.
       if (more) store_stage<T, BM, BN>(st, sm, (s + 1) & 1, tid);
       __syncthreads();
     }
 
-    if (active) {
+    if (n_valid > 0) {
       const int g = lane / 4, q = lane % 4;
 #pragma unroll
       for (int i = 0; i < 2; ++i)
