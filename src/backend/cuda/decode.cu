@@ -67,28 +67,55 @@ void allow_smem(Kernel kernel, uint64_t bytes) {
 
 // n_blocks Q8_0 blocks (34 bytes each, contiguous, 2-byte aligned) into dst as kActWords words per block: word k < 8
 // holds elements 4k .. 4k+3 (as load_i32_a2 reads them), word 8 the f16 scale widened to f32. Lane l reads words
-// 9b .. 9b+8 of block b = l + 32i; 9 is odd, so the 32 lanes fall in 32 different banks. The caller synchronizes.
-__device__ __forceinline__ void stage_act(int* dst, const uint8_t* src, int64_t n_blocks) {
-  for (int64_t w = threadIdx.x; w < n_blocks * kActWords; w += blockDim.x) {
-    const int64_t b = w / kActWords;
-    const int k = int(w - b * kActWords);
-    const uint8_t* sb = src + b * dev::kQ8Bytes;
-    dst[w] = k < 8 ? dev::load_i32_a2(sb + 2 + 4 * k)
-                   : __float_as_int(dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(sb)));
+// 9b .. 9b+8 of block b = l + 32i; 9 is odd, so the 32 lanes fall in 32 different banks. Each thread loads a batch
+// of words before storing any, so the copy waits for the L2 about once, not once per word. The caller synchronizes.
+constexpr int kStageBatch = 8;
+
+__device__ __forceinline__ void stage_act(int* __restrict__ dst, const uint8_t* __restrict__ src, int64_t n_blocks) {
+  const int64_t n = n_blocks * kActWords;
+  for (int64_t w0 = threadIdx.x; w0 < n; w0 += int64_t(kStageBatch) * blockDim.x) {
+    int v[kStageBatch];
+#pragma unroll
+    for (int i = 0; i < kStageBatch; ++i) {
+      const int64_t w = w0 + int64_t(i) * blockDim.x;
+      if (w < n) {
+        const int64_t b = w / kActWords;
+        const int k = int(w - b * kActWords);
+        const uint8_t* sb = src + b * dev::kQ8Bytes;
+        v[i] = k < 8 ? dev::load_i32_a2(sb + 2 + 4 * k)
+                     : __float_as_int(dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(sb)));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kStageBatch; ++i) {
+      const int64_t w = w0 + int64_t(i) * blockDim.x;
+      if (w < n) dst[w] = v[i];
+    }
   }
 }
 
 // n_blocks blocks of x (f32, contiguous) quantized into dst in stage_act's layout, a warp per block with
-// quantize_block_q8_0's operations (the scale rounded through f16, as the stored block holds it).
-__device__ __forceinline__ void quantize_act(int* dst, const float* x, int64_t n_blocks) {
+// quantize_block_q8_0's operations (the scale rounded through f16, as the stored block holds it); a warp loads a
+// batch of its blocks before quantizing them.
+__device__ __forceinline__ void quantize_act(int* __restrict__ dst, const float* __restrict__ x, int64_t n_blocks) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-  for (int64_t b = warp; b < n_blocks; b += n_warps) {
-    const float v = x[b * dev::kQK + lane];
-    const float amax = dev::warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    reinterpret_cast<int8_t*>(dst + b * kActWords)[lane] = int8_t(rintf(v * id));
-    if (lane == 0) dst[b * kActWords + 8] = __float_as_int(dev::f16_to_f32(dev::f32_to_f16(d)));
+  for (int64_t b0 = warp; b0 < n_blocks; b0 += int64_t(kStageBatch) * n_warps) {
+    float v[kStageBatch];
+#pragma unroll
+    for (int i = 0; i < kStageBatch; ++i) {
+      const int64_t b = b0 + int64_t(i) * n_warps;
+      if (b < n_blocks) v[i] = x[b * dev::kQK + lane];
+    }
+#pragma unroll
+    for (int i = 0; i < kStageBatch; ++i) {
+      const int64_t b = b0 + int64_t(i) * n_warps;
+      if (b >= n_blocks) break;  // the whole warp
+      const float amax = dev::warp_max(fabsf(v[i]));
+      const float d = amax / 127.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      reinterpret_cast<int8_t*>(dst + b * kActWords)[lane] = int8_t(rintf(v[i] * id));
+      if (lane == 0) dst[b * kActWords + 8] = __float_as_int(dev::f16_to_f32(dev::f32_to_f16(d)));
+    }
   }
 }
 
@@ -124,21 +151,34 @@ __device__ __forceinline__ float unpack_raw(const uint32_t (&raw)[kRawWords<T>],
   return dev::f16_to_f32(dbits);
 }
 
+// The weight words of one step of rows_dots: U of a lane's blocks (b0, b0 + 32, ...) of each of nr (<= R) rows.
+template <GgmlType T, int R, int U>
+struct RowsStep {
+  uint32_t raw[U][R][kRawWords<T>];
+};
+
+template <GgmlType T, int R, int U>
+__device__ __forceinline__ void load_step(RowsStep<T, R, U>& s, const uint8_t* const (&rows)[R], int nr, int nb,
+                                          int b0) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (b0 + 32 * u < nb && r < nr) load_raw<T>(rows[r], b0 + 32 * u, s.raw[u][r]);
+}
+
 // Lane `lane`'s partial dot products of nr (<= R) weight rows (rows[r], nb blocks each) with nt (<= NT) staged
 // activation rows at act[r] + j * act_words: matmul.cu's row_dot for the quantized types, operation for operation
 // (the lane's blocks in increasing order). A step loads the words of U of the lane's blocks of every row before
-// any is used, so a lane keeps U * R blocks' loads in flight. kSameAct: every row takes act[0], whose words are then
-// read once per block, not once per row.
+// any is used, so a lane keeps U * R blocks' loads in flight; the caller has loaded the first step (b0 = lane)
+// into s already, before staging the activations, so that those loads overlap the staging and its barrier.
+// kSameAct: every row takes act[0], whose words are then read once per block, not once per row.
 template <GgmlType T, int R, int U, int NT, bool kSameAct>
-__device__ __forceinline__ void rows_dots(const uint8_t* const (&rows)[R], const int* const (&act)[R], int nr,
-                                          int nb, int act_words, int nt, int lane, float (&acc)[R][NT]) {
+__device__ __forceinline__ void rows_dots(RowsStep<T, R, U>& s, const uint8_t* const (&rows)[R],
+                                          const int* const (&act)[R], int nr, int nb, int act_words, int nt,
+                                          int lane, float (&acc)[R][NT]) {
   for (int b0 = lane; b0 < nb; b0 += 32 * U) {
-    uint32_t raw[U][R][kRawWords<T>];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (b0 + 32 * u < nb && r < nr) load_raw<T>(rows[r], b0 + 32 * u, raw[u][r]);
+    if (b0 != lane) load_step<T, R, U>(s, rows, nr, nb, b0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int b = b0 + 32 * u;
@@ -155,7 +195,7 @@ __device__ __forceinline__ void rows_dots(const uint8_t* const (&rows)[R], const
       for (int r = 0; r < R; ++r) {
         if (r >= nr) break;
         int wq[8];
-        const float dw = unpack_raw<T>(raw[u][r], b, wq);
+        const float dw = unpack_raw<T>(s.raw[u][r], b, wq);
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           if (j < nt) {
@@ -194,23 +234,28 @@ struct MvParams {
 // grid: the parts' tiles of kMvRows rows, in part order; warp w takes row w of the tile. Shared memory: the
 // activations, nt * act_bytes(cols).
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kMvWarps * 32) decode_matvec_kernel(const __grid_constant__ MvParams p) {
+__global__ void __launch_bounds__(kMvWarps * 32, T == GgmlType::Q4_0 && NT == 1 ? 4 : 2)
+    decode_matvec_kernel(const __grid_constant__ MvParams p) {
   extern __shared__ __align__(16) int s_act[];
   const int64_t tile = blockIdx.x;
   const int pi = p.n_parts > 2 && tile >= p.part[2].first_tile ? 2 : p.n_parts > 1 && tile >= p.part[1].first_tile;
   const MvPart& m = p.part[pi];
   const int nb = int(p.cols / dev::kQK);
   const int act_words = nb * kActWords;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t r = (tile - m.first_tile) * kMvRows + warp;
+  const bool live = r < m.rows;  // the whole warp
+  const uint8_t* rows[1] = {m.w + (live ? r : 0) * m.row_bytes};
+  const int* acts[1] = {s_act};
+  constexpr int kU = 2;
+  RowsStep<T, 1, kU> st;
+  if (live) load_step<T, 1, kU>(st, rows, 1, nb, lane);
   if (p.x_q8 != nullptr) stage_act(s_act, p.x_q8, int64_t(p.nt) * nb);
   else quantize_act(s_act, p.x, int64_t(p.nt) * nb);
   __syncthreads();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t r = (tile - m.first_tile) * kMvRows + warp;
-  if (r >= m.rows) return;  // the whole warp; no barrier follows
-  const uint8_t* rows[1] = {m.w + r * m.row_bytes};
-  const int* acts[1] = {s_act};
+  if (!live) return;  // no barrier follows
   float acc[1][NT] = {};
-  rows_dots<T, 1, 4, NT, true>(rows, acts, 1, nb, act_words, p.nt, lane, acc);
+  rows_dots<T, 1, kU, NT, true>(st, rows, acts, 1, nb, act_words, p.nt, lane, acc);
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const float s = dev::warp_sum(acc[0][j]);
@@ -322,7 +367,7 @@ __global__ void __launch_bounds__(kNormThreads)
 // grid: (n_ff / 32, n_tok * n_used); warp w takes gate and up rows r0 + 2w and r0 + 2w + 1. Shared memory: token t's
 // activations (act_bytes(cols)), then the 2 x 32 dot products.
 template <GgmlType T>
-__global__ void __launch_bounds__(kGuWarps * 32)
+__global__ void __launch_bounds__(kGuWarps * 32, T == GgmlType::Q4_0 ? 2 : 1)  // Q4_0: a layer in one wave
     moe_gate_up_kernel(const uint8_t* __restrict__ gw, uint64_t g_stride, const uint8_t* __restrict__ uw,
                        uint64_t u_stride, uint64_t row_bytes, int64_t cols, int64_t n_ff, int32_t n_expert,
                        const int32_t* __restrict__ ids, int n_used, const uint8_t* __restrict__ x_q8,
@@ -334,21 +379,24 @@ __global__ void __launch_bounds__(kGuWarps * 32)
   const int64_t r0 = int64_t(blockIdx.x) * kGuRows;
   const int nb = int(cols / dev::kQK);
   float* s_dot = reinterpret_cast<float*>(s_act + nb * kActWords);  // [2][32]
-  stage_act(s_act, x_q8 + t * q8_bytes(cols), nb);
-  __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const uint8_t* g = gw + uint64_t(e) * g_stride + uint64_t(r0 + warp * kGuRowsPerWarp) * row_bytes;
   const uint8_t* u = uw + uint64_t(e) * u_stride + uint64_t(r0 + warp * kGuRowsPerWarp) * row_bytes;
-  const uint8_t* rows[2 * kGuRowsPerWarp];
-  const int* acts[2 * kGuRowsPerWarp];
+  constexpr int kR = 2 * kGuRowsPerWarp, kU = 1;
+  const uint8_t* rows[kR];
+  const int* acts[kR];
 #pragma unroll
   for (int i = 0; i < kGuRowsPerWarp; ++i) {
     rows[i] = g + i * row_bytes;
     rows[kGuRowsPerWarp + i] = u + i * row_bytes;
     acts[i] = acts[kGuRowsPerWarp + i] = s_act;
   }
-  float acc[2 * kGuRowsPerWarp][1] = {};
-  rows_dots<T, 2 * kGuRowsPerWarp, 2, 1, true>(rows, acts, 2 * kGuRowsPerWarp, nb, 0, 1, lane, acc);
+  RowsStep<T, kR, kU> st;
+  load_step<T, kR, kU>(st, rows, kR, nb, lane);
+  stage_act(s_act, x_q8 + t * q8_bytes(cols), nb);
+  __syncthreads();
+  float acc[kR][1] = {};
+  rows_dots<T, kR, kU, 1, true>(st, rows, acts, kR, nb, 0, 1, lane, acc);
 #pragma unroll
   for (int i = 0; i < 2 * kGuRowsPerWarp; ++i) {
     const float s = dev::warp_sum(acc[i][0]);
@@ -376,34 +424,45 @@ __global__ void __launch_bounds__(kDnWarps * 32)
                     int32_t n_expert, const int32_t* __restrict__ ids, const float* __restrict__ wts, int n_used,
                     const uint8_t* __restrict__ act_q8, const float* x, float* out) {
   extern __shared__ __align__(16) int s_act[];
-  __shared__ int32_t s_ids[kMaxUsed];
   const int64_t t = blockIdx.y;
   const int nb = int(cols / dev::kQK);
   const int act_words = nb * kActWords;
-  if (int(threadIdx.x) < n_used) {
-    const int32_t e = ids[t * n_used + threadIdx.x];
-    if (e < 0 || e >= n_expert) __trap();  // the router wrote a bad id: a bug, surfaced as a launch failure
-    s_ids[threadIdx.x] = e;
-  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // Every warp holds the token's expert ids, lane l ids l and l + 32, and takes them by shuffle.
+  const int32_t* tok_ids = ids + t * n_used;
+  const int32_t id_lo = lane < n_used ? tok_ids[lane] : 0, id_hi = lane + 32 < n_used ? tok_ids[lane + 32] : 0;
+  if (id_lo < 0 || id_lo >= n_expert || id_hi < 0 || id_hi >= n_expert) __trap();  // a router bug
+  const int64_t r = int64_t(blockIdx.x) * kDnRows + warp;
+  const bool live = r < rows;  // the whole warp
+  const uint8_t* rp[kDnChunk];
+  const int* ap[kDnChunk];
+  int nr = 0;
+  // Chunk k0's row pointers (slots past n_used repeat the last one and are never read).
+  auto point = [&](int k0) {
+    nr = min(kDnChunk, n_used - k0);
+#pragma unroll
+    for (int i = 0; i < kDnChunk; ++i) {
+      const int k = k0 + min(i, nr - 1);
+      const int32_t e = __shfl_sync(0xffffffffu, k < 32 ? id_lo : id_hi, k % 32);
+      rp[i] = dw + uint64_t(e) * stride + uint64_t(live ? r : 0) * row_bytes;
+      ap[i] = s_act + k * act_words;
+    }
+  };
+  point(0);
+  RowsStep<T, kDnChunk, 1> st;
+  if (live) load_step<T, kDnChunk, 1>(st, rp, nr, nb, lane);
   stage_act(s_act, act_q8 + t * n_used * q8_bytes(cols), int64_t(n_used) * nb);
   __syncthreads();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t r = int64_t(blockIdx.x) * kDnRows + warp;
-  if (r >= rows) return;  // the whole warp; no barrier follows
+  if (!live) return;  // no barrier follows
   // moe_combine's order and roundings: the first slot's product, then each next one added.
   float sum = 0.0f;
   for (int k0 = 0; k0 < n_used; k0 += kDnChunk) {
-    const int nr = min(kDnChunk, n_used - k0);
-    const uint8_t* rp[kDnChunk];
-    const int* ap[kDnChunk];
-#pragma unroll
-    for (int i = 0; i < kDnChunk; ++i) {
-      const int k = k0 + min(i, nr - 1);  // past nr: a valid row, never read
-      rp[i] = dw + uint64_t(s_ids[k]) * stride + uint64_t(r) * row_bytes;
-      ap[i] = s_act + k * act_words;
+    if (k0 > 0) {
+      point(k0);
+      load_step<T, kDnChunk, 1>(st, rp, nr, nb, lane);
     }
     float acc[kDnChunk][1] = {};
-    rows_dots<T, kDnChunk, 1, 1, false>(rp, ap, nr, nb, 0, 1, lane, acc);
+    rows_dots<T, kDnChunk, 1, 1, false>(st, rp, ap, nr, nb, 0, 1, lane, acc);
 #pragma unroll
     for (int i = 0; i < kDnChunk; ++i) {
       if (i >= nr) break;
@@ -490,7 +549,7 @@ bool moe_decode_supported(const DMat& gate, const DMat& up, const DMat& down, in
     return false;
   if (gate.rows % kGuRows != 0 || down.cols != gate.rows || down.rows != gate.cols) return false;
   const uint64_t limit = smem_limit();
-  return gate_up_smem(gate) <= limit && down_smem(down, n_used) + kMaxUsed * sizeof(int32_t) <= limit;
+  return gate_up_smem(gate) <= limit && down_smem(down, n_used) <= limit;
 }
 
 void moe_decode_gate_up(const MoeDecodeGateUpArgs& a) {
