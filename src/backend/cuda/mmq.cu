@@ -407,12 +407,14 @@ int sm_count() {
   return n;
 }
 
-// grid.y == 0: grouped, as many item columns as fill the GPU next to gx row blocks, at most max_items.
 template <GgmlType T, int BM, int BN>
 void launch_t(const Params& p, unsigned gx, unsigned gy, cudaStream_t stream) {
   constexpr int kSmem = int(sizeof(Smem<BM, BN>));
   // Above the 48 KiB that a launch gets without asking (the attribute is per function and device: set every time).
   DF_CUDA_CHECK(cudaFuncSetAttribute(mmq_kernel<T, BM, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  // The launch bounds' blocks per SM need most of the unified L1 as shared memory (the loads stream through L1).
+  DF_CUDA_CHECK(cudaFuncSetAttribute(mmq_kernel<T, BM, BN>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared));
   mmq_kernel<T, BM, BN><<<dim3{gx, gy}, threads_of<BM>(), kSmem, stream>>>(p);
   DF_CUDA_CHECK_LAUNCH();
 }
