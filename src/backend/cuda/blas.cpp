@@ -60,6 +60,9 @@ bool sgemm_rows(const SgemmRowsArgs& a) {
     DF_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));  // f32 throughout: no TF32 tensor cores
   }
   DF_CUBLAS_CHECK(cublasSetStream(handle, a.stream));
+  // No workspace: one shared workspace could be written by products running at once on different streams (and
+  // cublasSetStream has just reset it to the default pool).
+  DF_CUBLAS_CHECK(cublasSetWorkspace(handle, nullptr, 0));
   // Column-major view: W is a cols x rows matrix with leading dimension ld_w, x a cols x n_tok one, y a rows x n_tok
   // one; y = W^T x.
   const float one = 1.0f, zero = 0.0f;
