@@ -240,14 +240,13 @@ void GpuSession::products(int64_t n, const uint8_t* xq, std::initializer_list<st
 }
 
 // x += W in: for a few tokens one decode_matvec launch that adds into x in its epilogue, quantizing `in` in each
-// of its blocks only when there are few (each block's quantization is a serial chain of warp reductions that
-// delays its products: the 2048 x 4096 output projection took 23 us that way), else once beforehand (one small
-// launch); else matmul into proj and add (the same roundings).
+// of its blocks while that is at most two batches of Q8_0 blocks per warp (the output projection's 4096 inputs of
+// one token; its weight loads are in flight meanwhile), else once beforehand (one small launch); else matmul into
+// proj and add (the same roundings).
 void GpuSession::add_product(const DMat& w, const float* in, int64_t n) {
   float* x = x_.as<float>();
   if (decode_matvec_supported(w, n)) {
-    const int64_t blocks = (w.rows + kDecodeRowsPerBlock - 1) / kDecodeRowsPerBlock;
-    const bool per_block = blocks <= 16 && w.cols <= 1024;
+    const bool per_block = n * w.cols <= 4096;
     if (!per_block)
       quantize_q8_0({.x = in, .y = scratch_.as<uint8_t>(), .n_rows = n, .cols = w.cols, .stream = stream_});
     DecodeMatvecArgs d{.n_parts = 1, .x = in, .x_q8 = per_block ? nullptr : scratch_.as<uint8_t>(), .n_tok = n,
