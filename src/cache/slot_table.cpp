@@ -143,6 +143,12 @@ void SlotTable::clear_unpinned() {
   }
 }
 
+bool SlotTable::next_victim(Key* victim) const {
+  if (!free_.empty() || lru_head_ == kNoSlot) return false;
+  *victim = slots_[lru_head_].key;
+  return true;
+}
+
 SlotId SlotTable::find(Key key) const {
   auto it = index_.find(key);
   return it == index_.end() ? kNoSlot : it->second;

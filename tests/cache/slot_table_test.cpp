@@ -44,6 +44,31 @@ TEST(SlotTable, LeastRecentlyUsedIsEvictedFirst) {
   EXPECT_EQ(s.bytes_loaded, 400u);
 }
 
+// next_victim names what a miss would evict, without evicting: nothing while a slot is free, the LRU key after,
+// nothing when every slot is pinned.
+TEST(SlotTable, NextVictimNamesTheLruKeyWithoutEvicting) {
+  SlotTable t(2);
+  Key v = 99;
+  EXPECT_FALSE(t.next_victim(&v));
+  EXPECT_TRUE(t.has_free_slot());
+  load(t, 1);
+  EXPECT_FALSE(t.next_victim(&v));
+  load(t, 2);
+  EXPECT_FALSE(t.has_free_slot());
+  ASSERT_TRUE(t.next_victim(&v));
+  EXPECT_EQ(v, 1u);
+  EXPECT_EQ(t.stats().evictions, 0u);
+  auto a = t.acquire(1);  // 1 pinned: 2 is the only evictable key
+  ASSERT_TRUE(t.next_victim(&v));
+  EXPECT_EQ(v, 2u);
+  auto b = t.acquire(2);
+  v = 99;
+  EXPECT_FALSE(t.next_victim(&v));
+  EXPECT_EQ(v, 99u);
+  t.unpin(a.slot);
+  t.unpin(b.slot);
+}
+
 TEST(SlotTable, PinnedSlotsAreNeverEvicted) {
   SlotTable t(4);
   auto held = t.acquire(100);

@@ -171,6 +171,42 @@ TEST_P(GpuStream, ExpertsFromDiskThroughTheRamPool) {
   EXPECT_GT(small->weights().stats().streamed_bytes_read, 0u);
 }
 
+// Decode's access pattern: every (layer, expert) record in a cycle longer than the cache. Plain LRU would evict each
+// record just before its next use (no hits on later cycles); admission by use count keeps a stable subset.
+TEST(GpuStreamCache, ACycleLargerThanTheCacheStillHits) {
+  DF_REQUIRE_GPU();
+  DF_REQUIRE_SHARED(path, "models/qwen3moe-q4_0.gguf");
+  auto host = open_host(path, 64);
+  ASSERT_TRUE(host);
+  const model::ModelSpec& spec = host->spec();
+  const uint32_t slots = 12;
+  ASSERT_GT(spec.n_layer * spec.n_expert, 2 * slots);
+  auto cache = cuda::GpuExpertCache::create(spec, host->weights(), slots);
+  ASSERT_TRUE(cache.ok()) << cache.error().message;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  auto cycle = [&] {
+    for (uint32_t il = 0; il < spec.n_layer; ++il)
+      for (int32_t e = 0; e < int32_t(spec.n_expert); ++e) {
+        int32_t slot = -1;
+        ASSERT_TRUE((*cache)->acquire(il, std::span(&e, 1), std::span(&slot, 1), stream).ok());
+        ASSERT_GE(slot, 0);
+        ASSERT_LT(uint32_t(slot), slots);
+        (*cache)->release(stream);
+      }
+  };
+  cycle();
+  (*cache)->reset_stats();
+  for (int i = 0; i < 3; ++i) cycle();
+  const cuda::ExpertCacheStats st = (*cache)->stats();
+  std::printf("[gpu-stream-cache] %u slots, a cycle of %u records: %llu hits, %llu misses over 3 cycles\n", slots,
+              spec.n_layer * spec.n_expert, (unsigned long long)st.table.hits, (unsigned long long)st.table.misses);
+  EXPECT_GE(st.table.hits, 3u * (slots / 2));
+  EXPECT_EQ(st.table.hits + st.table.misses, 3u * spec.n_layer * spec.n_expert);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+}
+
 // load_gpu_model under a budget: refused with the numbers when too small; otherwise the cache takes what is left
 // and the device memory in use stays within the budget.
 TEST(GpuStreamBudget, LoadWithinABudget) {

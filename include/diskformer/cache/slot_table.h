@@ -79,6 +79,10 @@ class SlotTable {
   void clear_unpinned();
 
   SlotId find(Key key) const;
+  // What a miss would take now: false with a free slot (nothing evicted), else true with the least recently used
+  // evictable key in *victim; false with *victim untouched when nothing is evictable either.
+  bool next_victim(Key* victim) const;
+  bool has_free_slot() const { return !free_.empty(); }
   SlotState state(SlotId s) const { return slots_[s].state; }
   Key key(SlotId s) const { return slots_[s].key; }
   uint32_t pins(SlotId s) const { return slots_[s].pins; }

@@ -10,6 +10,8 @@ namespace df::cuda {
 namespace {
 
 constexpr uint64_t kAlign = 256;  // slot matrices start on 256-byte boundaries (vector loads, cache lines)
+// Use counts halve after this many lookups per (layer, expert) record: a few tokens' worth of decode.
+constexpr uint64_t kDecayLookupsPerRecord = 2;
 
 uint64_t round_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -55,7 +57,10 @@ Result<std::unique_ptr<GpuExpertCache>> GpuExpertCache::create(const model::Mode
                                                                model::WeightSource& source, uint32_t slots) {
   if (slots == 0) return Error{"GPU expert cache: zero slots"};
   DF_ASSIGN(Layout l, probe(spec, source));
-  std::unique_ptr<GpuExpertCache> c(new GpuExpertCache(spec, source, slots));
+  // The spill part passes the experts not admitted: two tokens' experts of a layer (a decode step's group), up to
+  // an eighth of the slots, never more than half.
+  const uint32_t spill = std::min(slots / 2, std::max(2 * spec.n_expert_used, slots / 8));
+  std::unique_ptr<GpuExpertCache> c(new GpuExpertCache(spec, source, slots, spill));
   c->gate_stride_ = round_up(l.gate.row_bytes * uint64_t(l.gate.rows));
   c->up_stride_ = round_up(l.up.row_bytes * uint64_t(l.up.rows));
   c->down_stride_ = round_up(l.down.row_bytes * uint64_t(l.down.rows));
@@ -83,20 +88,43 @@ GpuExpertCache::~GpuExpertCache() {
   if (copy_stream_) cudaStreamDestroy(copy_stream_);
 }
 
+cache::SlotTable& GpuExpertCache::admit(cache::Key key) {
+  if (spill_.size() == 0) return main_;
+  cache::Key victim = 0;
+  cache::SlotTable* pick = &spill_;  // also when every main slot is pinned
+  if (main_.has_free_slot()) {
+    pick = &main_;
+  } else if (main_.next_victim(&victim)) {
+    // Strictly more uses than the victim: a cycle of equally used experts leaves the main part as it is.
+    pick = uses_[key] > uses_[victim] ? &main_ : &spill_;
+  }
+  // A part whose slots are all pinned or loading cannot take it; the other one does.
+  if (!pick->has_free_slot() && !pick->next_victim(&victim)) return pick == &main_ ? spill_ : main_;
+  return *pick;
+}
+
 Status GpuExpertCache::acquire(uint32_t il, std::span<const int32_t> experts, std::span<int32_t> slots,
                                cudaStream_t compute) {
   DF_CHECK(slots.size() == experts.size() && il < spec_.n_layer);
   miss_.clear();
+  const uint64_t decay_every = kDecayLookupsPerRecord * uses_.size();
   for (size_t i = 0; i < experts.size(); ++i) {
     const int32_t e = experts[i];
     DF_CHECK(e >= 0 && uint32_t(e) < spec_.n_expert);
     const cache::Key key = uint64_t(il) * spec_.n_expert + uint32_t(e);
-    const cache::SlotTable::Acquired a = table_.acquire(key);
+    if (uses_[key] < UINT16_MAX) ++uses_[key];
+    if (++lookups_ % decay_every == 0)
+      for (uint16_t& u : uses_) u /= 2;
+    // Present in either part: a hit there. Otherwise the admission decides where it is loaded.
+    cache::SlotTable* t = spill_.find(key) != cache::kNoSlot ? &spill_ : main_.find(key) != cache::kNoSlot ? &main_
+                                                                                                           : &admit(key);
+    const cache::SlotTable::Acquired a = t->acquire(key);
     // More experts than unpinned slots is the caller's bug: it sizes its groups by slots().
     DF_CHECK(a.outcome != cache::SlotTable::Outcome::kFull);
-    held_.emplace_back(&table_, a.slot, nullptr, slot_bytes());
-    slots[i] = int32_t(a.slot);
-    if (a.outcome == cache::SlotTable::Outcome::kMiss) miss_.emplace_back(a.slot, e);
+    const cache::SlotId global = a.slot + (t == &spill_ ? main_.size() : 0);
+    held_.push_back({cache::SlotHandle(t, a.slot, nullptr, slot_bytes()), global});
+    slots[i] = int32_t(global);
+    if (a.outcome == cache::SlotTable::Outcome::kMiss) miss_.push_back({t, a.slot, global, e});
   }
   if (!miss_.empty()) DF_TRY(copy_misses(il, compute));
   return {};
@@ -111,23 +139,23 @@ Status GpuExpertCache::copy_misses(uint32_t il, cudaStream_t compute) {
   for (size_t c0 = 0; c0 < miss_.size(); c0 += per_call) {
     const size_t c1 = std::min(miss_.size(), c0 + per_call);
     ids.clear();
-    for (size_t i = c0; i < c1; ++i) ids.push_back(miss_[i].second);
+    for (size_t i = c0; i < c1; ++i) ids.push_back(miss_[i].expert);
     Result<std::vector<model::ExpertWeights>> got = source_.experts(il, ids);
     if (!got) {
-      for (size_t i = c0; i < miss_.size(); ++i) table_.loaded(miss_[i].first, false, 0);
+      for (size_t i = c0; i < miss_.size(); ++i) miss_[i].table->loaded(miss_[i].local, false, 0);
       held_.clear();
       return got.error();
     }
     // A slot read by earlier kernels is overwritten only after them.
     int waited = -1;
     for (size_t i = c0; i < c1; ++i) {
-      const int u = last_use_[miss_[i].first];
+      const int u = last_use_[miss_[i].slot];
       if (u >= 0 && u != waited) DF_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, use_events_[u], 0));
       waited = u;
     }
     DF_CUDA_CHECK(cudaEventRecord(copy_start_, copy_stream_));
     for (size_t i = c0; i < c1; ++i) {
-      const cache::SlotId s = miss_[i].first;
+      const cache::SlotId s = miss_[i].slot;
       const model::ExpertWeights& w = (*got)[i - c0];
       const std::pair<const model::Mat*, std::pair<const DMat*, uint64_t>> parts[] = {
           {&w.gate, {&gate_, gate_stride_}}, {&w.up, {&up_, up_stride_}}, {&w.down, {&down_, down_stride_}}};
@@ -135,14 +163,14 @@ Status GpuExpertCache::copy_misses(uint32_t il, cudaStream_t compute) {
       for (const auto& [m, dst] : parts) {
         const DMat& d = *dst.first;
         if (m->type != d.type || m->rows != d.rows || m->cols != d.cols || m->row_bytes != d.row_bytes)
-          return Error{"blk." + std::to_string(il) + ": expert " + std::to_string(miss_[i].second) +
+          return Error{"blk." + std::to_string(il) + ": expert " + std::to_string(miss_[i].expert) +
                        " differs in type or shape from layer 0's experts; the GPU expert cache needs one layout"};
         const uint64_t n = m->row_bytes * uint64_t(m->rows);
         DF_CUDA_CHECK(cudaMemcpyAsync(const_cast<uint8_t*>(d.data) + uint64_t(s) * dst.second, m->data, n,
                                       cudaMemcpyHostToDevice, copy_stream_));
         bytes += n;
       }
-      table_.loaded(s, true, bytes);
+      miss_[i].table->loaded(miss_[i].local, true, bytes);
     }
     DF_CUDA_CHECK(cudaEventRecord(copy_done_, copy_stream_));
     copies_in_flight_ = true;
@@ -158,7 +186,7 @@ void GpuExpertCache::release(cudaStream_t compute) {
   next_use_event_ = (next_use_event_ + 1) % kUseEvents;
   // Re-recording an event some slot still names only makes a later copy wait for later kernels: safe.
   DF_CUDA_CHECK(cudaEventRecord(use_events_[u], compute));
-  for (const cache::SlotHandle& h : held_) last_use_[h.slot()] = u;
+  for (const Held& h : held_) last_use_[h.slot] = u;
   held_.clear();
 }
 
@@ -173,12 +201,16 @@ void GpuExpertCache::collect_timing() {
 
 ExpertCacheStats GpuExpertCache::stats() {
   collect_timing();
-  return {table_.stats(), h2d_seconds_};
+  cache::CacheStats s = main_.stats();
+  const cache::CacheStats& t = spill_.stats();
+  s.hits += t.hits, s.late_hits += t.late_hits, s.misses += t.misses, s.evictions += t.evictions;
+  s.bytes_loaded += t.bytes_loaded, s.load_errors += t.load_errors;
+  return {s, h2d_seconds_};
 }
 
 void GpuExpertCache::reset_stats() {
   collect_timing();
-  table_.stats() = cache::CacheStats{};
+  main_.stats() = spill_.stats() = cache::CacheStats{};
   h2d_seconds_ = 0;
 }
 

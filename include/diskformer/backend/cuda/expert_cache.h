@@ -10,6 +10,12 @@
 // A slot's bytes are overwritten only after the kernels that last read it: release() records an event on the
 // compute stream and the copy into a reused slot waits for it, so a copy never waits for compute it does not
 // depend on (prefill's next group of experts loads while the current group computes).
+//
+// Admission by use count: the slots are a main part and a small spill part (two SlotTables, each LRU). A missed
+// expert takes a main slot only when one is free or it has been used more recently-often than the main part's LRU
+// victim (counts halve every few tokens' worth of lookups); otherwise it passes through the spill part. Decode
+// visits every layer's experts in turn, a cycle far larger than a small cache: plain LRU would evict each expert
+// just before its next use, where this keeps a stable, most used subset resident.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,7 +54,7 @@ class GpuExpertCache {
   GpuExpertCache(const GpuExpertCache&) = delete;
   GpuExpertCache& operator=(const GpuExpertCache&) = delete;
 
-  uint32_t slots() const { return table_.size(); }
+  uint32_t slots() const { return main_.size() + spill_.size(); }
   uint64_t slot_bytes() const { return gate_stride_ + up_stride_ + down_stride_; }
   // Slot 0's matrices; slot s starts at data + s * stride (MoeMatmulArgs' w and expert_stride).
   const DMat& gate() const { return gate_; }
@@ -69,12 +75,17 @@ class GpuExpertCache {
 
   // Whether layer il's expert e is in a slot now (no counting, no pin).
   bool contains(uint32_t il, int32_t e) const {
-    const cache::SlotId s = table_.find(uint64_t(il) * spec_.n_expert + uint32_t(e));
-    return s != cache::kNoSlot && table_.state(s) == cache::SlotState::kReady;
+    const cache::Key key = uint64_t(il) * spec_.n_expert + uint32_t(e);
+    for (const cache::SlotTable* t : {&main_, &spill_}) {
+      const cache::SlotId s = t->find(key);
+      if (s != cache::kNoSlot && t->state(s) == cache::SlotState::kReady) return true;
+    }
+    return false;
   }
   // Seconds per byte copied to the GPU so far, from copies already timed (no waiting); 0 before any.
   double h2d_s_per_byte() const {
-    return table_.stats().bytes_loaded && h2d_seconds_ > 0 ? h2d_seconds_ / double(table_.stats().bytes_loaded) : 0;
+    const uint64_t b = main_.stats().bytes_loaded + spill_.stats().bytes_loaded;
+    return b && h2d_seconds_ > 0 ? h2d_seconds_ / double(b) : 0;
   }
   model::WeightSource& source() { return source_; }
   // Counters since creation or reset_stats(); waits for the copies in flight to time them.
@@ -82,16 +93,19 @@ class GpuExpertCache {
   void reset_stats();
 
  private:
-  GpuExpertCache(const model::ModelSpec& spec, model::WeightSource& source, uint32_t slots)
-      : spec_(spec), source_(source), table_(slots), last_use_(slots, -1) {}
+  GpuExpertCache(const model::ModelSpec& spec, model::WeightSource& source, uint32_t slots, uint32_t spill)
+      : spec_(spec), source_(source), main_(slots - spill), spill_(spill), last_use_(slots, -1),
+        uses_(uint64_t(spec.n_layer) * spec.n_expert, 0) {}
   Status copy_misses(uint32_t il, cudaStream_t compute);
   void collect_timing();
+  // The table a missed key goes to (admission by use count), falling back to the other when all its slots are pinned.
+  cache::SlotTable& admit(cache::Key key);
 
   static constexpr int kUseEvents = 16;  // ring of "kernels done with these slots" events on the compute stream
 
   model::ModelSpec spec_;
   model::WeightSource& source_;
-  cache::SlotTable table_;
+  cache::SlotTable main_, spill_;  // slots [0, main) and [main, slots())
   DeviceBuffer pool_;  // [gate slots][up slots][down slots]
   DMat gate_, up_, down_;
   uint64_t gate_stride_ = 0, up_stride_ = 0, down_stride_ = 0;
@@ -102,9 +116,20 @@ class GpuExpertCache {
   std::array<cudaEvent_t, kUseEvents> use_events_{};
   int next_use_event_ = 0;
   std::vector<int> last_use_;  // per slot: the use event recorded after the kernels that last read it; -1 none
+  std::vector<uint16_t> uses_;  // per key: acquires, halved every kDecayLookups lookups
+  uint64_t lookups_ = 0;
 
-  std::vector<cache::SlotHandle> held_;                 // pins of the current acquire
-  std::vector<std::pair<cache::SlotId, int32_t>> miss_;  // (slot, expert) to copy
+  struct Held {
+    cache::SlotHandle pin;
+    cache::SlotId slot;  // in slots(): spill slots follow the main ones
+  };
+  struct Miss {
+    cache::SlotTable* table;
+    cache::SlotId local, slot;  // in its table, in slots()
+    int32_t expert;
+  };
+  std::vector<Held> held_;  // pins of the current acquire
+  std::vector<Miss> miss_;  // to copy
   double h2d_seconds_ = 0;
 };
 
