@@ -34,6 +34,7 @@ constexpr int kDnChunk = 8;                       // experts whose rows one step
 constexpr int kMaxUsed = 64;                      // moe_decode_*: selected experts per token
 constexpr int kNormThreads = 256;                 // as rms_norm.cu, so the square sums run in the same order
 constexpr int kMaxHeadDim = 512;
+static_assert(kMaxHeadDim / 2 <= kNormThreads);  // qk_norm_rope_store: a thread per rotated pair
 constexpr int kActWords = 9;                      // a staged Q8_0 block: 8 words of int8 quads, then the f32 scale
 
 bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
@@ -338,6 +339,14 @@ __global__ void __launch_bounds__(kNormThreads)
       continue;
     }
     float* xr = is_q ? q + (t * n_head + h) * hk : k + t * dim_k + int64_t(h - n_head) * hk;
+    // This thread's rotation (half <= kMaxHeadDim / 2 <= kNormThreads: one pair at most), loaded before the norm's
+    // barrier so that the table's round trip overlaps it.
+    const bool rot = int(threadIdx.x) < half;
+    float c = 0.0f, sn = 0.0f;
+    if (rot) {
+      c = table[(int64_t(p) * half + threadIdx.x) * 2];
+      sn = table[(int64_t(p) * half + threadIdx.x) * 2 + 1];
+    }
     if (nw != nullptr) {  // rms_norm in place, per head
       const float scale = dev::block_rms_scale<kNormThreads>(xr, hk, eps);
       for (int i = threadIdx.x; i < hk; i += kNormThreads) s[i] = __fmul_rn(__fmul_rn(xr[i], scale), nw[i]);
@@ -345,8 +354,8 @@ __global__ void __launch_bounds__(kNormThreads)
       for (int i = threadIdx.x; i < hk; i += kNormThreads) s[i] = xr[i];
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < half; i += kNormThreads) {
-      const float c = table[(int64_t(p) * half + i) * 2], sn = table[(int64_t(p) * half + i) * 2 + 1];
+    if (rot) {
+      const int i = threadIdx.x;
       const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
       const float x0 = s[ia], x1 = s[ib];
       // As rope.cu: separate roundings, no fused multiply-add.
