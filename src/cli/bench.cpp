@@ -13,6 +13,7 @@
 #include "cli/bench_cuda.h"
 #include "cli/bench_stats.h"
 #include "cli/commands.h"
+#include "cli/compute_backend.h"
 #include "cli/engine_args.h"
 #include "diskformer/backend/cpu/membw.h"
 #include "diskformer/util/size.h"
@@ -99,7 +100,9 @@ int cmd_bench(int argc, char** argv) {
     mo->n_ctx = uint32_t(std::max<int64_t>(need, 16));
   }
 
-  const bool on_cuda = backend(args) == "cuda";
+  const std::optional<std::string> chosen = choose_backend("bench", args);  // cuda where a GPU is present
+  if (!chosen) return 1;
+  const bool on_cuda = *chosen == "cuda";
   if (on_cuda) mo->host_allocator = cuda_host_allocator();
   auto model = open_model("bench", *path, *mo, quiet);
   if (!model) return 1;

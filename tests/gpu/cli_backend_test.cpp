@@ -27,7 +27,7 @@ TEST_P(RunCuda, GreedyOutputIsLlamaCpps) {
     std::ofstream(prompt_file, std::ios::binary) << c.prompt;
     const std::string args = "run -m " + model.string() + " -f " + prompt_file.string() + " -n " +
                              std::to_string(c.n_predict) + " --temp 0 --ignore-eos";
-    const CliRun r = run_cli_capture("--backend cuda " + args);
+    const CliRun r = run_cli_capture(args + " --backend cuda");
     ASSERT_EQ(r.status, 0) << r.err;
     const size_t common = common_prefix(r.out, c.completion);
     std::printf("[gpu-run] %-14s case %zu robust=%d common prefix %zu/%zu bytes\n", name.c_str(), i, c.robust, common,

@@ -1,7 +1,8 @@
 // ffn_block's routed experts when they stream through the model's GPU expert cache. The router's choices come to
 // the host (the one round trip of a layer); their experts are made resident in groups the cache can hold at once,
 // and each group runs the kernels of resident experts with the cache's slots in place of expert ids.
-//   - A few tokens whose experts fit in one group (decode): the fused two-launch path, ids replaced by slots.
+//   - A few tokens whose experts fit in one group (decode): the fused two-launch path, ids replaced by slots
+//     (fused_decode).
 //   - Otherwise (prefill): the layer's distinct experts in groups of half the slots, so the copies of the next
 //     group overlap the products of this one (the cache orders each copy after the kernels that last read its
 //     slot). Each group multiplies only its (token, slot) pairs, from a plan built on the host, where the ids are.
@@ -46,9 +47,11 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
   DF_CUDA_CHECK(cudaMemcpyAsync(ids, ids_.data(), nk * 4, cudaMemcpyDeviceToHost, stream_));
   // The CPU's share needs the normed row too (the source's views must outlive this layer: RAM-resident experts).
   const bool split = n == 1 && opt_.cpu_experts != nullptr && cache.source().max_experts_per_call() == 0;
-  if (split) {
+  if (split) {  // and the routing weights, for the CPU's rows and the GPU's share of the combine
     reserve_pinned(xn_host_, uint64_t(E) * 4);
+    reserve_pinned(wts_host_, uint64_t(nk) * 4);
     DF_CUDA_CHECK(cudaMemcpyAsync(xn_host_.data(), xn_.data(), E * 4, cudaMemcpyDeviceToHost, stream_));
+    DF_CUDA_CHECK(cudaMemcpyAsync(wts_host_.data(), wts_.data(), nk * 4, cudaMemcpyDeviceToHost, stream_));
   }
   DF_CUDA_CHECK(cudaStreamSynchronize(stream_));
 
@@ -75,19 +78,21 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
                                moe_tile_slots(cache.down().type)});
   const int64_t max_tiles = moe_max_tiles(nk, int32_t(slots), ts);
   const int64_t region = 2 * nk + 1 + 3 * max_tiles;
-  reserve_pinned(plan_host_, uint64_t(n_groups * region) * 4);
+  DF_CHECK(region >= 3 * nk);  // fused_decode's slot map, weights and the CPU's weights
+  reserve_pinned(plan_host_, uint64_t(std::max<int64_t>(n_groups, 1) * region) * 4);
   reserve_device(plan_dev_, uint64_t(region) * 4);
   int32_t* slot_dev = plan_dev_.as<int32_t>();
   int32_t* order_dev = slot_dev + nk;
   int32_t* tiles_dev = order_dev + nk;
 
-  const bool one_fused_group = fused && n_groups == 1 && cpu_ids_.empty();
-  if (!one_fused_group) {
-    reserve_device(act_, uint64_t(nk) * F * 4);
-    if (ts <= 8) reserve_device(gathered_, uint64_t(nk) * std::max(E, F) * 4);  // the warp-per-row path gathers
-    reserve_device(xq_stream_, q8_scratch_bytes(gguf::GgmlType::Q8_0, E, n));
-    quantize_q8_0({.x = xn_.as<float>(), .y = xq_stream_.as<uint8_t>(), .n_rows = n, .cols = E, .stream = stream_});
+  if (fused && n_groups <= 1) {
+    fused_decode(cache, il, n, xq, ids, reinterpret_cast<int32_t*>(plan_host_.data()));
+    return;
   }
+  reserve_device(act_, uint64_t(nk) * F * 4);
+  if (ts <= 8) reserve_device(gathered_, uint64_t(nk) * std::max(E, F) * 4);  // the warp-per-row path gathers
+  reserve_device(xq_stream_, q8_scratch_bytes(gguf::GgmlType::Q8_0, E, n));
+  quantize_q8_0({.x = xn_.as<float>(), .y = xq_stream_.as<uint8_t>(), .n_rows = n, .cols = E, .stream = stream_});
 
   for (int64_t g = 0; g < n_groups; ++g) {
     const int64_t g0 = g * G, g1 = std::min(D, g0 + G);
@@ -103,18 +108,6 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
     for (int64_t v = 0; v < nk; ++v) {
       const int32_t i = where_[ids[v]];
       h_slot[v] = i >= g0 && i < g1 ? group_slots_[size_t(i - g0)] : -1;
-    }
-    if (one_fused_group) {
-      DF_CUDA_CHECK(cudaMemcpyAsync(slot_dev, h_slot, nk * 4, cudaMemcpyHostToDevice, stream_));
-      uint8_t* act_q8 = up_.as<uint8_t>();
-      moe_decode_gate_up({.gate = cache.gate(), .up = cache.up(), .gate_stride = cache.gate_stride(),
-                          .up_stride = cache.up_stride(), .n_expert = int32_t(slots), .ids = slot_dev, .n_tok = n,
-                          .n_used = K, .x_q8 = xq, .act_q8 = act_q8, .stream = stream_});
-      moe_decode_down({.down = cache.down(), .down_stride = cache.down_stride(), .n_expert = int32_t(slots),
-                       .ids = slot_dev, .weights = wts_.as<float>(), .n_tok = n, .n_used = K, .act_q8 = act_q8,
-                       .x = x_.as<float>(), .out = x_.as<float>(), .stream = stream_});
-      cache.release(stream_);
-      return;
     }
     // The group's (token, k) pairs grouped by slot, cut into tiles of ts (moe_plan's layout); the order is padded
     // to nk with a valid index for the kernels that gather nk rows.
@@ -157,10 +150,60 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
     moe_matmul_grouped(dn);
     cache.release(stream_);
   }
-  if (!cpu_ids_.empty()) cpu_share(il, ids, K);
+  if (!cpu_ids_.empty()) cpu_share(il, ids, K, /*packed=*/false);
   moe_combine({.expert_out = expert_out_.as<float>(), .weights = wts_.as<float>(), .out = proj_.as<float>(),
                .n_tok = n, .n_embd = E, .n_used = K, .stream = stream_});
   add({.x = x_.as<float>(), .y = proj_.as<float>(), .n = n * E, .stream = stream_});
+}
+
+// A few tokens whose GPU experts fit in one group: the fused two-launch path with slot ids. With a CPU share (one
+// token), the CPU's experts point at a GPU slot of the same token with weight 0 in the fused combine (adding 0 keeps
+// the sum), and their rows are combined and added afterwards.
+void GpuSession::fused_decode(GpuExpertCache& cache, uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids,
+                              int32_t* h) {
+  const model::ModelSpec& s = model_.spec();
+  const int K = int(s.n_expert_used);
+  const int64_t nk = n * K, D = int64_t(distinct_.size());
+  const bool share = !cpu_ids_.empty();
+  int32_t* slot_dev = plan_dev_.as<int32_t>();
+  float* wmod_dev = reinterpret_cast<float*>(slot_dev + nk);
+  if (D > 0) {
+    group_slots_.resize(size_t(D));
+    Status st = cache.acquire(il, distinct_, group_slots_, stream_);
+    if (!st.ok()) {
+      stream_status_ = std::move(st);
+      return;
+    }
+    int32_t* h_slot = h;
+    float* h_wmod = reinterpret_cast<float*>(h + nk);
+    const float* wts = reinterpret_cast<const float*>(wts_host_.data());
+    for (int64_t v = 0; v < nk; ++v) {
+      const int32_t i = where_[ids[v]];
+      h_slot[v] = group_slots_[size_t(i >= 0 ? i : 0)];
+      if (share) h_wmod[v] = i >= 0 ? wts[v] : 0.0f;
+    }
+    DF_CUDA_CHECK(cudaMemcpyAsync(slot_dev, h_slot, (share ? 2 : 1) * nk * 4, cudaMemcpyHostToDevice, stream_));
+    uint8_t* act_q8 = up_.as<uint8_t>();
+    const int32_t n_slots = int32_t(cache.slots());
+    moe_decode_gate_up({.gate = cache.gate(), .up = cache.up(), .gate_stride = cache.gate_stride(),
+                        .up_stride = cache.up_stride(), .n_expert = n_slots, .ids = slot_dev, .n_tok = n,
+                        .n_used = K, .x_q8 = xq, .act_q8 = act_q8, .stream = stream_});
+    moe_decode_down({.down = cache.down(), .down_stride = cache.down_stride(), .n_expert = n_slots, .ids = slot_dev,
+                     .weights = share ? wmod_dev : wts_.as<float>(), .n_tok = n, .n_used = K, .act_q8 = act_q8,
+                     .x = x_.as<float>(), .out = x_.as<float>(), .stream = stream_});
+    cache.release(stream_);
+  }
+  if (!share) return;
+  cpu_share(il, ids, K, /*packed=*/true);
+  const int64_t C = int64_t(cpu_ids_.size()), E = s.n_embd;
+  float* h_cw = reinterpret_cast<float*>(h + 2 * nk);
+  float* cw_dev = reinterpret_cast<float*>(slot_dev + 2 * nk);
+  const float* wts = reinterpret_cast<const float*>(wts_host_.data());
+  for (int64_t c = 0; c < C; ++c) h_cw[c] = wts[std::find(ids, ids + K, cpu_ids_[size_t(c)]) - ids];
+  DF_CUDA_CHECK(cudaMemcpyAsync(cw_dev, h_cw, C * 4, cudaMemcpyHostToDevice, stream_));
+  moe_combine({.expert_out = expert_out_.as<float>(), .weights = cw_dev, .out = proj_.as<float>(), .n_tok = 1,
+               .n_embd = E, .n_used = int(C), .stream = stream_});
+  add({.x = x_.as<float>(), .y = proj_.as<float>(), .n = E, .stream = stream_});
 }
 
 // Chooses the CPU's share of one token's experts: of those missing from the cache (they would be copied), the last
@@ -186,9 +229,9 @@ void GpuSession::take_cpu_share(GpuExpertCache& cache, uint32_t il) {
 }
 
 // The CPU's share of a decode step (one token): gate, up, SwiGLU and down of each expert in cpu_ids_ from host RAM,
-// as the CPU engine computes them; the rows go to expert_out_ at their routing positions, behind the GPU's work on
-// the same stream.
-void GpuSession::cpu_share(uint32_t il, const int32_t* ids, int K) {
+// as the CPU engine computes them; the rows go to expert_out_ behind the GPU's work on the same stream, at their
+// routing positions, or packed in cpu_ids_ order.
+void GpuSession::cpu_share(uint32_t il, const int32_t* ids, int K, bool packed) {
   const model::ModelSpec& s = model_.spec();
   const int64_t E = s.n_embd, F = s.n_ff_expert, C = int64_t(cpu_ids_.size());
   const auto t0 = std::chrono::steady_clock::now();
@@ -218,6 +261,10 @@ void GpuSession::cpu_share(uint32_t il, const int32_t* ids, int K) {
     for (const model::Mat* m : {&w.gate, &w.up, &w.down}) bytes += m->row_bytes * uint64_t(m->rows);
   cpu_s_per_byte_ = 0.75 * cpu_s_per_byte_ + 0.25 * dt / double(bytes);
   cpu_expert_count_ += uint64_t(C);
+  if (packed) {
+    DF_CUDA_CHECK(cudaMemcpyAsync(expert_out_.as<float>(), out, C * E * 4, cudaMemcpyHostToDevice, stream_));
+    return;
+  }
   for (int64_t c = 0; c < C; ++c) {
     const int64_t k = std::find(ids, ids + K, cpu_ids_[size_t(c)]) - ids;
     DF_CHECK(k < K);

@@ -159,7 +159,8 @@ class GpuSession {
   void moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, const uint8_t* xq, bool fused);
   // Streamed decode's CPU share (opt_.cpu_experts): which missed experts, and computing them.
   void take_cpu_share(GpuExpertCache& cache, uint32_t il);
-  void cpu_share(uint32_t il, const int32_t* ids, int K);
+  void cpu_share(uint32_t il, const int32_t* ids, int K, bool packed);
+  void fused_decode(GpuExpertCache& cache, uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h);
   const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::initializer_list<const DMat*> ws);
   void products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const DMat*, float*>> outs);
   void add_product(const DMat& w, const float* in, int64_t n);
@@ -198,7 +199,7 @@ class GpuSession {
   DeviceBuffer xq_stream_;                  // xn's Q8_0 blocks, read by every group's gate and up
   std::vector<int32_t> where_, distinct_, group_slots_;
   std::vector<int64_t> first_, fill_;
-  io::AlignedBuffer xn_host_, cpu_out_host_;  // pinned: the normed row, the CPU's expert outputs [n_used][n_embd]
+  io::AlignedBuffer xn_host_, wts_host_, cpu_out_host_;  // pinned: normed row, routing weights, the CPU's rows
   std::vector<float> cpu_gate_, cpu_up_;
   std::vector<int32_t> cpu_ids_;
   double cpu_s_per_byte_ = 1.0 / 20e9;  // measured: the CPU's time per expert byte (starts at a guess)

@@ -23,7 +23,9 @@ struct GpuLoadOptions {
   std::optional<uint64_t> budget;  // device memory in use at most; nullopt = every weight resident
   uint32_t n_ctx = 4096;           // the sessions' context and batch, as they will be created
   uint32_t max_batch = 512;
-  uint64_t reserve = 64ull << 20;  // what sessions allocate later: streaming plans, CUDA graphs, cuBLAS workspace
+  // What sessions may allocate beyond the measured warm-up (CUDA graphs of later sessions); the warm-up has loaded
+  // the kernels, cuBLAS and the streaming buffers already.
+  uint64_t reserve = 16ull << 20;
 };
 
 struct GpuLoad {
