@@ -46,6 +46,7 @@ TEST(BenchCuda, ResidentAndStreamedUnderABudget) {
     ASSERT_FALSE(s.is_null()) << extra;
     std::printf("[gpu-bench-cli] budget %llu%s: %s\n", (unsigned long long)budget, extra, s.dump().c_str());
     EXPECT_EQ(s["gpu_budget"].get<uint64_t>(), budget);
+    ASSERT_TRUE(s["gpu_slots"].is_number()) << "the smallest accepted budget did not stream the experts";
     EXPECT_GT(s["gpu_slots"].get<uint64_t>(), 0u);
     const double hit = s["expert_hit_rate"].get<double>();
     EXPECT_GE(hit, 0.0);

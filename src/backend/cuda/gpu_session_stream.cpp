@@ -77,8 +77,8 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
   const int32_t ts = std::min({moe_tile_slots(cache.gate().type), moe_tile_slots(cache.up().type),
                                moe_tile_slots(cache.down().type)});
   const int64_t max_tiles = moe_max_tiles(nk, int32_t(slots), ts);
-  const int64_t region = 2 * nk + 1 + 3 * max_tiles;
-  DF_CHECK(region >= 3 * nk);  // fused_decode's slot map, weights and the CPU's weights
+  // (fused_decode uses a region as the slot map, its weights and the CPU's weights: 3 nk.)
+  const int64_t region = std::max(2 * nk + 1 + 3 * max_tiles, 3 * nk);
   reserve_pinned(plan_host_, uint64_t(std::max<int64_t>(n_groups, 1) * region) * 4);
   reserve_device(plan_dev_, uint64_t(region) * 4);
   int32_t* slot_dev = plan_dev_.as<int32_t>();
