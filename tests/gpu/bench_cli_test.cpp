@@ -19,7 +19,12 @@ nlohmann::json bench_json(const std::string& args) {
 
 TEST(BenchCuda, ResidentAndStreamedUnderABudget) {
   DF_REQUIRE_GPU();
-  DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
+  DF_REQUIRE_SHARED(tok, "models/qwen3moe-q4_0.gguf");
+  // Experts large enough that streaming them saves more than it loads (kernels, buffers): 4 layers of the 2g preset.
+  const auto model = temp_dir("bench_model") / "m.gguf";
+  const CliRun made = run_cli_capture("synth --arch qwen3moe --preset 2g --layers 4 --type q4_0 --tokenizer-from " +
+                                      tok.string() + " -o " + model.string() + " --quiet");
+  ASSERT_EQ(made.status, 0) << made.err;
   const std::string m = "-m " + model.string();
   const nlohmann::json all = bench_json(m);  // cuda is the default where a GPU is present
   ASSERT_FALSE(all.is_null());
@@ -29,7 +34,7 @@ TEST(BenchCuda, ResidentAndStreamedUnderABudget) {
   EXPECT_GT(all["decode_tok_s"]["median"].get<double>(), 0.0);
 
   // The smallest budget bench accepts (bisection: the device memory in use counts the CUDA context, which only the
-  // device knows) streams the experts through a few slots; the shared model is small, so that window is narrow.
+  // device knows) streams the experts through a few slots.
   uint64_t lo = 1ull << 20, hi = all["gpu_mem_peak_bytes"].get<uint64_t>() + (256ull << 20);
   auto accepted = [&](uint64_t b) {
     return run_cli_capture("bench " + m + " --gpu-budget " + std::to_string(b) + " -p 8 -n 2 -r 1 --json --quiet")
