@@ -3,34 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <string>
 
 #include "model/gold.h"
+#include "support/cli_run.h"
 #include "support/test_paths.h"
 
 namespace df::test {
 namespace {
 
-struct Ran {
-  int status = -1;
-  std::string out;
-};
-
-Ran run_cli(const std::string& args, const std::string& stdin_text = "") {
-  std::string cmd = cli_path().string() + " " + args + " 2>/dev/null";
-  if (!stdin_text.empty()) cmd = "printf '" + stdin_text + "' | " + cmd;
-  Ran r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+// The CLI's exit status and stdout.
+CliRun run_cli(const std::string& args, const std::string& stdin_text = "") { return run_cli_capture(args, stdin_text); }
 
 TEST(RunCommand, StdoutIsExactlyLlamaCppsCompletion) {
   DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
@@ -38,11 +21,11 @@ TEST(RunCommand, StdoutIsExactlyLlamaCppsCompletion) {
   const GoldCase& c = cases.at(0);
   ASSERT_TRUE(c.robust);
   const std::string base = "run -m " + model.string() + " -p '" + c.prompt + "' -n 32 --temp 0 --ignore-eos -t 2";
-  const Ran full = run_cli(base);
+  const CliRun full = run_cli(base);
   EXPECT_EQ(full.status, 0);
   EXPECT_EQ(full.out, c.completion);
   // Experts streamed through a pool (the embeddings and output head of this model need most of its 10.9 MiB).
-  const Ran budget = run_cli(base + " --ram-budget 10.7M");
+  const CliRun budget = run_cli(base + " --ram-budget 10.7M");
   EXPECT_EQ(budget.status, 0);
   EXPECT_EQ(budget.out, c.completion);
 }
@@ -53,7 +36,7 @@ TEST(RunCommand, FailuresExitWithStatus) {
   EXPECT_EQ(run_cli("run -m /nonexistent.gguf -p hi").status, 1);
   EXPECT_EQ(run_cli("run -m " + model.string()).status, 2);
   EXPECT_EQ(run_cli("run -m " + model.string() + " -p hi --backend tpu").status, 2);
-  const Ran overflow = run_cli("run -m " + model.string() + " -p 'a b c d e f g h' -c 4 -n 2");
+  const CliRun overflow = run_cli("run -m " + model.string() + " -p 'a b c d e f g h' -c 4 -n 2");
   EXPECT_EQ(overflow.status, 1);
   EXPECT_EQ(overflow.out, "");
 }
@@ -61,13 +44,13 @@ TEST(RunCommand, FailuresExitWithStatus) {
 TEST(ChatCommand, RepliesToEachLineDeterministically) {
   DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
   const std::string args = "chat -m " + model.string() + " -n 6 --temp 0 --ignore-eos -t 2 --system 'Be brief.'";
-  const Ran a = run_cli(args, "Hello\\nAnd then?\\n");
+  const CliRun a = run_cli(args, "Hello\nAnd then?\n");
   EXPECT_EQ(a.status, 0);
   ASSERT_FALSE(a.out.empty());
   EXPECT_EQ(a.out.back(), '\n');
-  const Ran b = run_cli(args, "Hello\\nAnd then?\\n");
+  const CliRun b = run_cli(args, "Hello\nAnd then?\n");
   // The first reply does not depend on what comes later; the second one follows it.
-  const Ran first = run_cli(args, "Hello\\n");
+  const CliRun first = run_cli(args, "Hello\n");
   EXPECT_EQ(first.status, 0);
   EXPECT_EQ(a.out.compare(0, first.out.size(), first.out), 0) << a.out << " | " << first.out;
   EXPECT_GT(a.out.size(), first.out.size());

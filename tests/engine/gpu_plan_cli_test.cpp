@@ -3,34 +3,22 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "diskformer/engine/gpu_plan.h"
 #include "diskformer/gguf/reader.h"
+#include "support/cli_run.h"
 #include "support/test_paths.h"
 
 namespace df::test {
 namespace {
 
-struct Ran {
-  int status = -1;
-  std::string out;
-};
-
-Ran inspect(const std::string& args, bool with_stderr = false) {
-  const std::string cmd = cli_path().string() + " inspect " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Ran r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+// `inspect ARGS`: exit status and stdout, with stderr after it when asked.
+CliRun inspect(const std::string& args, bool with_stderr = false) {
+  CliRun r = run_cli_capture("inspect " + args);
+  if (with_stderr) r.out += r.err;
   return r;
 }
 
@@ -58,7 +46,7 @@ TEST(InspectGpuBudget, JsonIsTheLibrarysPlan) {
   DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
   const uint64_t budget = budget_for_40_slots(model);
   const std::string b = " --gpu-budget " + std::to_string(budget);
-  const Ran r = inspect("-m " + model.string() + b + " -c 1024 --json");
+  const CliRun r = inspect("-m " + model.string() + b + " -c 1024 --json");
   ASSERT_EQ(r.status, 0);
   const auto j = nlohmann::json::parse(r.out);
   const engine::GpuPlan p = library_plan(model, budget, 1024);
@@ -81,7 +69,7 @@ TEST(InspectGpuBudget, JsonIsTheLibrarysPlan) {
 TEST(InspectGpuBudget, TableNamesItemsAndSlots) {
   DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
   const uint64_t budget = budget_for_40_slots(model);
-  const Ran r = inspect("-m " + model.string() + " --gpu-budget " + std::to_string(budget) + " -c 1024");
+  const CliRun r = inspect("-m " + model.string() + " --gpu-budget " + std::to_string(budget) + " -c 1024");
   ASSERT_EQ(r.status, 0);
   const engine::GpuPlan p = library_plan(model, budget, 1024);
   for (const std::string& part :
@@ -94,11 +82,11 @@ TEST(InspectGpuBudget, TableNamesItemsAndSlots) {
 TEST(InspectGpuBudget, RefusalsAndUsageErrors) {
   DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
   DF_REQUIRE_SHARED(dense, "models/llama-f16.gguf");
-  const Ran small = inspect("-m " + model.string() + " --gpu-budget 100M", true);
+  const CliRun small = inspect("-m " + model.string() + " --gpu-budget 100M", true);
   EXPECT_EQ(small.status, 1);
   EXPECT_NE(small.out.find("GPU budget 100.00 MiB (104857600 bytes) is too small"), std::string::npos) << small.out;
   EXPECT_EQ(std::count(small.out.begin(), small.out.end(), '\n'), 1) << small.out;
-  const Ran d = inspect("-m " + dense.string() + " --gpu-budget 520M", true);
+  const CliRun d = inspect("-m " + dense.string() + " --gpu-budget 520M", true);
   EXPECT_EQ(d.status, 1);
   EXPECT_NE(d.out.find("dense model"), std::string::npos) << d.out;
   EXPECT_EQ(inspect("-m " + dense.string() + " --gpu-budget 1G").status, 0);

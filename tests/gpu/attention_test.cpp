@@ -215,24 +215,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(attention_ca
   return name.str();
 });
 
-// Milliseconds per call of fn, averaged over `iters` calls after one warm-up.
-template <typename Fn>
-double time_ms(int iters, Fn fn) {
-  fn();
-  cudaEvent_t a, b;
-  DF_CUDA_CHECK(cudaEventCreate(&a));
-  DF_CUDA_CHECK(cudaEventCreate(&b));
-  DF_CUDA_CHECK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) fn();
-  DF_CUDA_CHECK(cudaEventRecord(b));
-  DF_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  DF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  DF_CUDA_CHECK(cudaEventDestroy(a));
-  DF_CUDA_CHECK(cudaEventDestroy(b));
-  return double(ms) / iters;
-}
-
 // Qwen3-30B-A3B's attention (32 query heads, 4 KV heads, head 128, 48 layers) in a session with a 4096-position
 // cache: decode at 576 and 4096 positions, prefill of 512 tokens at position 0 and 3584. Times are printed, never
 // asserted; sampled tokens are checked against the exact reference so that a fast wrong kernel fails.

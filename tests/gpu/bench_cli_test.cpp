@@ -37,7 +37,7 @@ TEST(BenchCuda, ResidentAndStreamedUnderABudget) {
   // device knows) streams the experts through a few slots.
   uint64_t lo = 1ull << 20, hi = all["gpu_mem_peak_bytes"].get<uint64_t>() + (256ull << 20);
   auto accepted = [&](uint64_t b) {
-    return run_cli_capture("bench " + m + " --gpu-budget " + std::to_string(b) + " -p 8 -n 2 -r 1 --json --quiet")
+    return run_cli_capture("bench " + m + " --gpu-budget " + std::to_string(b) + " -p 8 -n 2 -r 1 -c 128 --json --quiet")
                .status == 0;
   };
   ASSERT_TRUE(accepted(hi));

@@ -16,50 +16,10 @@ namespace {
 
 using gguf::GgmlType;
 
-template <typename T>
-std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
-  DF_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> v(n);
-  b.download(v.data(), n * sizeof(T));
-  return v;
-}
-
 cuda::DeviceBuffer upload(const HostMat& m) {
   cuda::DeviceBuffer d(m.bytes.size());
   d.upload(m.bytes.data(), m.bytes.size());
   return d;
-}
-
-// Milliseconds per call of fn, averaged over `iters` calls after one warm-up.
-template <typename Fn>
-double time_ms(int iters, Fn fn) {
-  fn();
-  cudaEvent_t a, b;
-  DF_CUDA_CHECK(cudaEventCreate(&a));
-  DF_CUDA_CHECK(cudaEventCreate(&b));
-  DF_CUDA_CHECK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) fn();
-  DF_CUDA_CHECK(cudaEventRecord(b));
-  DF_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  DF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  DF_CUDA_CHECK(cudaEventDestroy(a));
-  DF_CUDA_CHECK(cudaEventDestroy(b));
-  return double(ms) / iters;
-}
-
-// Large random Q4_0 matrices quickly: random bytes, then a small finite scale in every block.
-HostMat fast_q4(int64_t rows, int64_t cols, uint32_t seed) {
-  HostMat m{GgmlType::Q4_0, rows, cols, row_bytes_of(GgmlType::Q4_0, cols), {}};
-  m.bytes.resize(m.row_bytes * rows);
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i + 8 <= m.bytes.size(); i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(m.bytes.data() + i, &r, 8);
-  }
-  auto* b = reinterpret_cast<cpu::BlockQ4_0*>(m.bytes.data());
-  for (int64_t j = 0; j < rows * cols / 32; ++j) b[j].d = cpu::f32_to_f16(0.01f + 0.001f * float(j % 7));
-  return m;
 }
 
 // Bit patterns, so that NaNs would compare equal to themselves and -0 differ from +0.
@@ -340,7 +300,7 @@ TEST(DecodeThroughput, MatvecQ4_0) {
   };
   for (const Shape& sh : {Shape{4096, 2048, "q projection"}, Shape{2048, 4096, "o projection"},
                           Shape{151936, 2048, "output head"}}) {
-    const HostMat w = fast_q4(sh.rows, sh.cols, 241);
+    const HostMat w = random_q4(sh.rows, sh.cols, 241);
     auto dw = upload(w);
     const cuda::DMat m = dmat(w, dw);
     const auto x = random_floats(sh.cols, 242);
@@ -368,7 +328,7 @@ TEST(DecodeThroughput, MatvecQ4_0) {
                 (long long)sh.rows, (long long)sh.cols, sh.what, ms, gb / ms, ms_f32, gb / ms_f32);
   }
   // q, k and v of one layer in one launch (4096 + 512 + 512 rows of 2048).
-  const HostMat wq = fast_q4(4096, 2048, 243), wk = fast_q4(512, 2048, 244), wv = fast_q4(512, 2048, 245);
+  const HostMat wq = random_q4(4096, 2048, 243), wk = random_q4(512, 2048, 244), wv = random_q4(512, 2048, 245);
   auto dq = upload(wq), dk = upload(wk), dv = upload(wv);
   const auto x = random_floats(2048, 246);
   auto dx = cuda::to_device(x);
@@ -390,7 +350,7 @@ TEST(DecodeThroughput, RoutedExpertsQ4_0) {
   const int32_t X = 128;
   const int64_t F = 768, E = 2048;
   const int K = 8;
-  const HostMat hg = fast_q4(X * F, E, 251), hu = fast_q4(X * F, E, 252), hd = fast_q4(X * E, F, 253);
+  const HostMat hg = random_q4(X * F, E, 251), hu = random_q4(X * F, E, 252), hd = random_q4(X * E, F, 253);
   auto dg = upload(hg), du = upload(hu), dd = upload(hd);
   const cuda::DMat g{GgmlType::Q4_0, dg.as<uint8_t>(), E, F, hg.row_bytes};
   const cuda::DMat u{GgmlType::Q4_0, du.as<uint8_t>(), E, F, hu.row_bytes};

@@ -98,20 +98,6 @@ TEST_P(GpuForward, LogitsMatchTheCpuEngine) {
   EXPECT_LE(max_diff, 0.02 * max_mag + 1e-3);
 }
 
-// Greedy generation on the GPU, one token per step as the gold files were made.
-std::vector<int32_t> gpu_greedy(cuda::GpuSession& s, const std::vector<int32_t>& prompt, int n) {
-  std::vector<int32_t> out;
-  EXPECT_TRUE(s.eval(prompt).ok());
-  for (int i = 0; i < n; ++i) {
-    const int32_t id = s.argmax();
-    out.push_back(id);
-    if (i + 1 < n) {
-      EXPECT_TRUE(s.eval(std::span(&id, 1)).ok());
-    }
-  }
-  return out;
-}
-
 // (model, decode through the CUDA graph): a failing graph capture shows as its own failure.
 class GpuGold : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
 
@@ -127,7 +113,7 @@ TEST_P(GpuGold, GreedyMatchesLlamaCpp) {
   for (const auto& c : cases) {
     auto s = cuda::GpuSession::create(*m.gpu, {.n_ctx = 1024, .decode_graph = graph});
     ASSERT_TRUE(s.ok()) << s.error().message;
-    const auto ids = gpu_greedy(**s, c.prompt_ids, c.n_predict);
+    const auto ids = greedy(**s, c.prompt_ids, c.n_predict);
     std::string text;
     for (int32_t id : ids) text += pieces.piece(id);
     const size_t common = common_prefix(text, c.completion);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -97,6 +98,47 @@ inline double abs_dot(const HostMat& m, int64_t r, const float* x) {
 // error is at most (its longest chain of additions) * 2^-24 * abs_sum; the CPU chains n/8 + 3, the GPU n/32 + 5.
 inline double sum_order_tolerance(int64_t n_terms, double abs_sum) {
   return 2.0 * double(n_terms / 8 + 8) * std::ldexp(1.0, -24) * abs_sum + 1e-30;
+}
+
+// Random Q4_0 bytes with small finite scales (a random f16 scale may be NaN or huge): large matrices quickly.
+inline HostMat random_q4(int64_t rows, int64_t cols, uint32_t seed) {
+  HostMat m{gguf::GgmlType::Q4_0, rows, cols, row_bytes_of(gguf::GgmlType::Q4_0, cols), {}};
+  m.bytes.resize(m.row_bytes * rows);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i + 8 <= m.bytes.size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(m.bytes.data() + i, &r, 8);
+  }
+  auto* b = reinterpret_cast<cpu::BlockQ4_0*>(m.bytes.data());
+  for (int64_t j = 0; j < rows * cols / 32; ++j) b[j].d = cpu::f32_to_f16(0.01f + 0.001f * float(j % 7));
+  return m;
+}
+
+// n values of T from a device buffer, after the device finished its work.
+template <typename T>
+std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
+  DF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> v(n);
+  b.download(v.data(), n * sizeof(T));
+  return v;
+}
+
+// Milliseconds per call of fn, averaged over `iters` calls after one warm-up.
+template <typename Fn>
+double time_ms(int iters, Fn fn) {
+  fn();
+  cudaEvent_t a, b;
+  DF_CUDA_CHECK(cudaEventCreate(&a));
+  DF_CUDA_CHECK(cudaEventCreate(&b));
+  DF_CUDA_CHECK(cudaEventRecord(a));
+  for (int i = 0; i < iters; ++i) fn();
+  DF_CUDA_CHECK(cudaEventRecord(b));
+  DF_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  DF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  DF_CUDA_CHECK(cudaEventDestroy(a));
+  DF_CUDA_CHECK(cudaEventDestroy(b));
+  return double(ms) / iters;
 }
 
 }  // namespace df::test

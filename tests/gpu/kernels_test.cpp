@@ -16,14 +16,6 @@ namespace {
 
 using gguf::GgmlType;
 
-template <typename T>
-std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
-  DF_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> v(n);
-  b.download(v.data(), n * sizeof(T));
-  return v;
-}
-
 // Relative closeness in units of 2^-23 of the larger magnitude.
 std::string type_param_name(const ::testing::TestParamInfo<GgmlType>& i) { return std::string(gguf::type_name(i.param)); }
 

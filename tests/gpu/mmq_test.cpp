@@ -29,32 +29,6 @@ using gguf::GgmlType;
 
 constexpr cuda::mmq::Tile kTiles[] = {{64, 32}, {64, 64}, {128, 32}, {128, 64}};
 
-template <typename T>
-std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
-  DF_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<T> v(n);
-  b.download(v.data(), n * sizeof(T));
-  return v;
-}
-
-// Milliseconds per call of fn, averaged over `iters` calls after one warm-up.
-template <typename Fn>
-double time_ms(int iters, Fn fn) {
-  fn();
-  cudaEvent_t a, b;
-  DF_CUDA_CHECK(cudaEventCreate(&a));
-  DF_CUDA_CHECK(cudaEventCreate(&b));
-  DF_CUDA_CHECK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) fn();
-  DF_CUDA_CHECK(cudaEventRecord(b));
-  DF_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  DF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  DF_CUDA_CHECK(cudaEventDestroy(a));
-  DF_CUDA_CHECK(cudaEventDestroy(b));
-  return double(ms) / iters;
-}
-
 // The dequantized weights, once, for the tolerances' absolute sums.
 std::vector<float> dequantized(const HostMat& w) {
   std::vector<float> d(w.rows * w.cols);
@@ -315,20 +289,6 @@ TEST(CudaMmq, TileSlotsPerType) {
 }
 
 // ---- Throughput at the Qwen3-30B-A3B prefill shapes (512 tokens), printed for the benchmark notes.
-
-// Random Q4_0 bytes with small finite scales (a random f16 scale may be NaN or huge).
-HostMat random_q4(int64_t rows, int64_t cols, uint32_t seed) {
-  HostMat m{GgmlType::Q4_0, rows, cols, row_bytes_of(GgmlType::Q4_0, cols), {}};
-  m.bytes.resize(m.row_bytes * rows);
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i + 8 <= m.bytes.size(); i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(m.bytes.data() + i, &r, 8);
-  }
-  auto* b = reinterpret_cast<cpu::BlockQ4_0*>(m.bytes.data());
-  for (int64_t j = 0; j < rows * cols / 32; ++j) b[j].d = cpu::f32_to_f16(0.01f + 0.001f * float(j % 7));
-  return m;
-}
 
 // Sampled outputs y[v][r] (v: an output row of `rows` values computed from input row xv) against the CPU.
 void check_sample(const HostMat& w, int64_t row_offset, const float* xv, const float* yv,

@@ -34,16 +34,6 @@ std::unique_ptr<cuda::GpuModel> streamed(engine::Model& host, uint32_t slots) {
   return st.ok() ? std::move(*g) : nullptr;
 }
 
-std::vector<int32_t> greedy(cuda::GpuSession& s, const std::vector<int32_t>& prompt, int n) {
-  std::vector<int32_t> out;
-  EXPECT_TRUE(s.eval(prompt).ok());
-  for (int i = 0; i < n; ++i) {
-    out.push_back(s.argmax());
-    if (i + 1 < n) EXPECT_TRUE(s.eval(std::span(&out.back(), 1)).ok());
-  }
-  return out;
-}
-
 class GpuStream : public ::testing::TestWithParam<const char*> {};
 
 // 2 x n_used slots (the fewest a budget may give): decode misses most experts, prefill runs in several groups.

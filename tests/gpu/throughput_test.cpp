@@ -16,38 +16,6 @@ namespace {
 
 using gguf::GgmlType;
 
-// Milliseconds per call of fn, averaged over `iters` calls after one warm-up.
-template <typename Fn>
-double time_ms(int iters, Fn fn) {
-  fn();
-  cudaEvent_t a, b;
-  DF_CUDA_CHECK(cudaEventCreate(&a));
-  DF_CUDA_CHECK(cudaEventCreate(&b));
-  DF_CUDA_CHECK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) fn();
-  DF_CUDA_CHECK(cudaEventRecord(b));
-  DF_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  DF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  DF_CUDA_CHECK(cudaEventDestroy(a));
-  DF_CUDA_CHECK(cudaEventDestroy(b));
-  return double(ms) / iters;
-}
-
-// Random Q4_0 bytes are valid blocks except for NaN/inf scales: give every block a small finite scale.
-HostMat random_q4(int64_t rows, int64_t cols, uint32_t seed) {
-  HostMat m{GgmlType::Q4_0, rows, cols, row_bytes_of(GgmlType::Q4_0, cols), {}};
-  m.bytes.resize(m.row_bytes * rows);
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i + 8 <= m.bytes.size(); i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(m.bytes.data() + i, &r, 8);
-  }
-  auto* b = reinterpret_cast<cpu::BlockQ4_0*>(m.bytes.data());
-  for (int64_t j = 0; j < rows * cols / 32; ++j) b[j].d = cpu::f32_to_f16(0.01f + 0.001f * float(j % 7));
-  return m;
-}
-
 void check_rows(const HostMat& w, const std::vector<float>& x, const std::vector<float>& got, int64_t n_tok,
                 int64_t out_rows, const std::vector<int64_t>& rows, int64_t row_offset = 0) {
   auto ctx = scalar_context();
