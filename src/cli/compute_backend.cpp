@@ -69,9 +69,11 @@ std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::st
   std::shared_ptr<const cuda::GpuModel> shared = std::move(load->model);
   const uint64_t weight_bytes = shared->device_bytes();
   // The decode step replays a captured graph; prompts multiply the routed experts grouped by expert (both give the
-  // plain launches' logits bit for bit, tests/gpu).
+  // plain launches' logits bit for bit, tests/gpu). Streamed experts: decode lets the CPU compute the missed
+  // experts it finishes sooner than their copies (measured in bench: 41.8 -> 49.4 tok/s at a 1.8 GiB budget).
   auto d = cuda::GpuDecoder::create(std::move(shared), {.n_ctx = model.n_ctx(), .max_batch = 512,
-                                                        .decode_graph = true, .grouped_experts = true});
+                                                        .decode_graph = true, .grouped_experts = true,
+                                                        .cpu_experts = load->slots ? &model.context() : nullptr});
   if (!d.ok()) return failed(d.error().message);
   if (!o.quiet)
     std::fprintf(stderr, "diskformer %s: backend cuda on %s, %s of weights uploaded in %.1f s; %s\n", command,

@@ -36,6 +36,8 @@ TEST(RunCommand, FailuresExitWithStatus) {
   EXPECT_EQ(run_cli("run -m /nonexistent.gguf -p hi").status, 1);
   EXPECT_EQ(run_cli("run -m " + model.string()).status, 2);
   EXPECT_EQ(run_cli("run -m " + model.string() + " -p hi --backend tpu").status, 2);
+  EXPECT_EQ(run_cli("bench -m " + model.string() + " --cpu-experts maybe").status, 2);
+  EXPECT_EQ(run_cli("bench -m " + model.string() + " -b 0").status, 2);
   const CliRun overflow = run_cli("run -m " + model.string() + " -p 'a b c d e f g h' -c 4 -n 2");
   EXPECT_EQ(overflow.status, 1);
   EXPECT_EQ(overflow.out, "");

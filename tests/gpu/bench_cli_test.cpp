@@ -46,7 +46,7 @@ TEST(BenchCuda, ResidentAndStreamedUnderABudget) {
     (accepted(mid) ? hi : lo) = mid;
   }
   const uint64_t budget = hi;
-  for (const char* extra : {"", " --cpu-experts"}) {
+  for (const char* extra : {" --cpu-experts off", ""}) {
     const nlohmann::json s = bench_json(m + " --gpu-budget " + std::to_string(budget) + extra);
     ASSERT_FALSE(s.is_null()) << extra;
     std::printf("[gpu-bench-cli] budget %llu%s: %s\n", (unsigned long long)budget, extra, s.dump().c_str());
