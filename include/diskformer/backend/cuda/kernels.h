@@ -42,8 +42,8 @@ void quantize_q8_0(const QuantizeQ8Args& a);
 // y[t][r] = dot(W row r, x[t]) for t < n_tok, with the activations converted as cpu::matmul does (Q8_0 for Q4_0/Q8_0
 // weights, f16 for F16, bf16 for BF16). Decode and small batches use a warp per row and a tile of 8 tokens per block
 // column, so each weight row is read once per tile; Q4_0/Q8_0 batches of kMmaMinTokens or more run on the int8
-// tensor cores (mmq.cu: 64 rows x 32 or 64 tokens per block, the same exact block dots and f32 scaling, only the
-// f32 summation order differs). Float weights for up to kDecodeMaxTok tokens take a block per row instead (the
+// tensor cores (mmq.cu: 64 or 128 rows x 32 or 64 tokens per block, the same exact integer block dots; d_w * dot is
+// rounded once before the activation scale, so results differ from the CPU by rounding and summation order only). Float weights for up to kDecodeMaxTok tokens take a block per row instead (the
 // short, wide F32 router then fills the GPU), and F32 batches of kMmaMinTokens or more run on cuBLAS (f32 throughout;
 // the plain kernel when a graph capture would have to create cuBLAS's handle). Only the f32 summation order differs.
 constexpr int64_t kMmaMinTokens = 16;
