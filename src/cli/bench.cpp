@@ -79,8 +79,6 @@ int cmd_bench(int argc, char** argv) {
               "experts stream once per batch");
   args.flag("--json", "one JSON object per configuration on stdout (CLI.md's bench --json)");
   args.flag("--quiet", "no logs");
-  args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
-              "finishes sooner than their copies to the GPU (default on)");
   if (!args.parse(argc, argv)) return args.exit_code();
   auto path = args.get("--model");
   if (!path) return args.usage_error("-m MODEL is required");
@@ -91,8 +89,6 @@ int cmd_bench(int argc, char** argv) {
   if (!ps || !ns || !reps || !batch) return args.exit_code();
   if (*reps < 1) return args.usage_error("-r must be at least 1");
   if (*batch < 1 || *batch > 65536) return args.usage_error("-b must be 1 .. 65536");
-  const std::string cpu_experts = args.get("--cpu-experts").value_or("on");
-  if (cpu_experts != "on" && cpu_experts != "off") return args.usage_error("--cpu-experts takes on or off");
   auto mo = model_options(args, /*allow_cuda=*/true);
   if (!mo) return args.exit_code();
   const bool quiet = args.has("--quiet"), as_json = args.has("--json");
@@ -114,7 +110,7 @@ int cmd_bench(int argc, char** argv) {
   if (on_cuda)
     return bench_cuda(*model, {.path = *path, .model_bytes = model_bytes, .prompts = *ps, .gens = *ns,
                                .reps = *reps, .json = as_json, .quiet = quiet, .gpu_budget = gpu_budget(args),
-                               .ram_budget = mo->ram_budget, .cpu_experts = cpu_experts == "on",
+                               .ram_budget = mo->ram_budget, .cpu_experts = cpu_experts(args),
                                .max_batch = uint32_t(*batch)});
   std::mt19937 rng(1234);
 

@@ -69,7 +69,8 @@ int cmd_chat(int argc, char** argv) {
   if (auto sys = args.get("--system")) input.messages.push_back({{"role", "system"}, {"content", *sys}});
 
   auto decoder = open_decoder("chat", *backend, *model,
-                              {.quiet = quiet, .cpu_fallback = !args.has("--backend"), .gpu_budget = gpu_budget(args)});
+                              {.quiet = quiet, .cpu_fallback = !args.has("--backend"), .gpu_budget = gpu_budget(args),
+                               .cpu_experts = cpu_experts(args)});
   if (!decoder) return 1;
   std::vector<int32_t> cached;  // tokens whose keys and values the session holds, in order
   const bool interactive = isatty(STDIN_FILENO);

@@ -73,7 +73,7 @@ std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::st
   // experts it finishes sooner than their copies (measured in bench: 41.8 -> 49.4 tok/s at a 1.8 GiB budget).
   auto d = cuda::GpuDecoder::create(std::move(shared), {.n_ctx = model.n_ctx(), .max_batch = 512,
                                                         .decode_graph = true, .grouped_experts = true,
-                                                        .cpu_experts = load->slots ? &model.context() : nullptr});
+                                                        .cpu_experts = load->slots && o.cpu_experts ? &model.context() : nullptr});
   if (!d.ok()) return failed(d.error().message);
   if (!o.quiet)
     std::fprintf(stderr, "diskformer %s: backend cuda on %s, %s of weights uploaded in %.1f s; %s\n", command,

@@ -26,6 +26,7 @@ struct DecoderOptions {
   // cuda was the default, not asked for: a GPU that cannot hold the model logs why and the CPU runs it instead.
   bool cpu_fallback = false;
   std::optional<uint64_t> gpu_budget;  // --gpu-budget: the routed experts stream through a GPU cache within it
+  bool cpu_experts = true;             // --cpu-experts: streamed decode shares its misses with the CPU
 };
 
 // The CPU engine's session, or the model put on the GPU (cuda::load_gpu_model: all resident, or experts streamed

@@ -13,6 +13,8 @@ void add_model_options(Args& args) {
   args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
   args.option("--ram-budget", "SIZE", "RAM for weights, caches and the KV cache; streams from disk beyond it");
   args.option("--gpu-budget", "SIZE", "GPU memory for the run, CUDA context included; streams experts beyond it");
+  args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
+              "finishes sooner than their copies to the GPU (default on)");
   args.option("--backend", "NAME",
               "cpu or cuda (run, chat: cuda where a GPU is present, else cpu; bench: cpu)");
 }
@@ -29,6 +31,8 @@ void add_sampling_options(Args& args) {
 }
 
 std::string backend(const Args& args) { return args.get_or("--backend", "cpu"); }
+
+bool cpu_experts(const Args& args) { return args.get_or("--cpu-experts", "on") == "on"; }
 
 std::optional<uint64_t> gpu_budget(const Args& args) {
   auto text = args.get("--gpu-budget");
@@ -65,6 +69,10 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
   if (b != "cpu" && !(b == "cuda" && allow_cuda && cuda_built)) {
     args.usage_error("--backend " + b + " is not available in this command" +
                      (allow_cuda && cuda_built ? " (supported: cpu, cuda)" : " (supported: cpu)"));
+    return std::nullopt;
+  }
+  if (const std::string c = args.get_or("--cpu-experts", "on"); c != "on" && c != "off") {
+    args.usage_error("--cpu-experts takes on or off, got " + c);
     return std::nullopt;
   }
   o.n_ctx = uint32_t(*ctx);

@@ -21,6 +21,8 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda = 
 std::string backend(const Args& args);
 // --gpu-budget in bytes; nullopt when absent (model_options has already refused a value that does not parse).
 std::optional<uint64_t> gpu_budget(const Args& args);
+// --cpu-experts: streamed decode shares its missed experts with the CPU (on unless "off"; model_options checks it).
+bool cpu_experts(const Args& args);
 std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t default_n_predict);
 
 // Opens the model, printing the failure as one line; nullptr on failure.

@@ -56,7 +56,8 @@ int cmd_run(int argc, char** argv) {
                            (unsigned long long)go->sampling.seed);
 
   auto decoder = open_decoder("run", *backend, *model,
-                              {.quiet = quiet, .cpu_fallback = !args.has("--backend"), .gpu_budget = gpu_budget(args)});
+                              {.quiet = quiet, .cpu_fallback = !args.has("--backend"), .gpu_budget = gpu_budget(args),
+                               .cpu_experts = cpu_experts(args)});
   if (!decoder) return 1;
   tokenizer::StreamDecoder dec(*tok);
   std::vector<int32_t> history;

@@ -67,8 +67,9 @@ TEST(RunCudaBudget, SmallestAcceptedBudgetStreamsExpertsWithTheResidentOutput) {
   const CliRun made = run_cli_capture("synth --arch qwen3moe --preset 2g --layers 4 --type q4_0 --tokenizer-from " +
                                       tok.string() + " -o " + model.string() + " --quiet");
   ASSERT_EQ(made.status, 0) << made.err;
+  // Without the CPU's share of decode, which adds its experts' rows in another order.
   const std::string args = "run --backend cuda -m " + model.string() +
-                           " -p 'The' -n 24 --temp 0 --ignore-eos -c 256";
+                           " -p 'The' -n 24 --temp 0 --ignore-eos -c 256 --cpu-experts off";
   const CliRun resident = run_cli_capture(args);
   ASSERT_EQ(resident.status, 0) << resident.err;
   uint64_t lo = 1ull << 20, hi = cuda::query_devices().total_bytes;  // lo refused, hi accepted
@@ -94,6 +95,11 @@ TEST(RunCudaBudget, SmallestAcceptedBudgetStreamsExpertsWithTheResidentOutput) {
   if (streamed) {
     EXPECT_NE(at_hi.err.find("GPU expert cache hit rate"), std::string::npos) << at_hi.err;
   }
+  // With the CPU's share (the default) the run streams too and prints text.
+  std::string shared_args = args.substr(0, args.size() - std::string(" --cpu-experts off").size());
+  const CliRun shared = run_cli_capture(shared_args + " --gpu-budget " + std::to_string(hi));
+  EXPECT_EQ(shared.status, 0) << shared.err;
+  EXPECT_FALSE(shared.out.empty());
 }
 
 // The second turn reuses the KV cache of the first (truncate to the shared prefix, evaluate the rest) on both
