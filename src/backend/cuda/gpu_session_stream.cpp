@@ -8,7 +8,8 @@
 //     slot). Each group multiplies only its (token, slot) pairs, from a plan built on the host, where the ids are.
 //   - Decode with a CPU context (GpuSessionOptions::cpu_experts): of the experts missing from the cache, as many as
 //     the measured rates say finish no later than the copies of the rest are computed on the CPU from host RAM while
-//     the GPU copies and multiplies the others; their rows join the GPU's before the combine, in routing order.
+//     the GPU copies and multiplies the others; their rows are combined and added after the GPU's (fused decode),
+//     or join the GPU's rows before the combine, in routing order (the grouped path).
 #include <algorithm>
 #include <chrono>
 
@@ -109,9 +110,8 @@ void GpuSession::moe_streamed(GpuExpertCache& cache, uint32_t il, int64_t n, con
       const int32_t i = where_[ids[v]];
       h_slot[v] = i >= g0 && i < g1 ? group_slots_[size_t(i - g0)] : -1;
     }
-    // The group's (token, k) pairs grouped by slot, cut into tiles of ts (moe_plan's layout); the order is padded
-    // to nk with a valid index for the kernels that gather nk rows.
-    // Counting sort of the group's pairs by their expert's index.
+    // The group's (token, k) pairs grouped by slot (a counting sort by their expert's index), cut into tiles of ts
+    // (moe_plan's layout); the order is padded to nk with a valid index for the kernels that gather nk rows.
     first_.assign(size_t(g1 - g0) + 1, 0);
     for (int64_t v = 0; v < nk; ++v)
       if (h_slot[v] >= 0) ++first_[size_t(where_[ids[v]] - g0) + 1];
