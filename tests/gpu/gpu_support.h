@@ -23,7 +23,9 @@ inline std::vector<int32_t> greedy(cuda::GpuSession& s, const std::vector<int32_
   EXPECT_TRUE(s.eval(prompt).ok());
   for (int i = 0; i < n; ++i) {
     out.push_back(s.argmax());
-    if (i + 1 < n) EXPECT_TRUE(s.eval(std::span(&out.back(), 1)).ok());
+    if (i + 1 < n) {
+      EXPECT_TRUE(s.eval(std::span(&out.back(), 1)).ok());
+    }
   }
   return out;
 }
