@@ -62,11 +62,15 @@ TEST_P(GpuStream, GoldCasesMatchWithAFewExpertsPerLayer) {
       std::printf("[gpu-stream-gold] %-14s slots %u cpu share %d robust=%d common prefix %zu/%zu bytes\n",
                   name.c_str(), slots, cpu != nullptr, c.robust, common_prefix(text, c.completion),
                   c.completion.size());
-      if (c.robust) EXPECT_EQ(text, c.completion) << name << " cpu share " << (cpu != nullptr) << " prompt: " << c.prompt;
+      if (c.robust) {
+        EXPECT_EQ(text, c.completion) << name << " cpu share " << (cpu != nullptr) << " prompt: " << c.prompt;
+      }
     }
     std::printf("[gpu-stream-gold] %-14s experts computed on the CPU: %llu\n", name.c_str(),
                 (unsigned long long)cpu_count);
-    if (cpu) EXPECT_GT(cpu_count, 0u);  // the small models' experts are quick for the CPU: it takes a share
+    if (cpu) {
+      EXPECT_GT(cpu_count, 0u);  // the small models' experts are quick for the CPU: it takes a share
+    }
   }
   const cuda::ExpertCacheStats st = gpu->expert_cache()->stats();
   std::printf("[gpu-stream-gold] %-14s hits %llu misses %llu, %.1f MB copied at %.1f GB/s\n", name.c_str(),
