@@ -48,7 +48,9 @@ class RowCacheTest : public ::testing::TestWithParam<io::Backend> {
   void expect_map_consistent(const RowCache& c) {
     for (uint64_t id = 0; id < kRows; id++) {
       int64_t s = c.slot_of(id);
-      if (s >= 0) ASSERT_EQ(0, std::memcmp(c.slot_data(uint32_t(s)), row(id), kRowBytes)) << "id " << id;
+      if (s >= 0) {
+        ASSERT_EQ(0, std::memcmp(c.slot_data(uint32_t(s)), row(id), kRowBytes)) << "id " << id;
+      }
     }
   }
 

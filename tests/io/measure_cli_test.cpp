@@ -58,7 +58,9 @@ TEST(MeasureCli, JsonDescribesEveryRun) {
     EXPECT_GT(run["MBps"]["median"].get<double>(), 0.0) << run.dump();
     EXPECT_GT(run["reads_per_s"]["median"].get<double>(), 0.0) << run.dump();
     EXPECT_LE(run["latency_p50_us"].get<double>(), run["latency_max_us"].get<double>() * 1.0001) << run.dump();
-    if (run["pattern"] != "sequential") EXPECT_EQ(run["qd"].get<unsigned>(), 4u);
+    if (run["pattern"] != "sequential") {
+      EXPECT_EQ(run["qd"].get<unsigned>(), 4u);
+    }
     if (run["direct_requested"].get<bool>()) {
       direct_runs++;
       EXPECT_EQ(run["direct"].get<bool>(), direct_fs) << run.dump();

@@ -231,7 +231,9 @@ TEST_P(ReaderTest, BadRequestsCompleteWithErrors) {
       EXPECT_NE(m.find("offset " + std::to_string(kFileBytes - 50)), std::string::npos) << m;
       EXPECT_NE(m.find("length 100"), std::string::npos) << m;
     }
-    if (c.user_data == 2) EXPECT_NE(m.find("77"), std::string::npos) << m;
+    if (c.user_data == 2) {
+      EXPECT_NE(m.find("77"), std::string::npos) << m;
+    }
   }
   EXPECT_EQ(reader_->stats().failed, 3u);
   EXPECT_EQ(reader_->stats().requests, 4u);

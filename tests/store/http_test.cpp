@@ -143,7 +143,9 @@ TEST_F(Http, FileChangedBetweenRunsStartsOver) {
     std::string err = test::slurp(tmp_ / "k.err");
     ASSERT_EQ(test::wait_child(pid), 128 + SIGKILL) << err;
     ASSERT_TRUE(fs::exists(dir / kProgressFile));
-    if (run == 1) EXPECT_NE(test::slurp(tmp_ / "k.err").find("resuming at"), std::string::npos) << err;
+    if (run == 1) {
+      EXPECT_NE(test::slurp(tmp_ / "k.err").find("resuming at"), std::string::npos) << err;
+    }
   }
 
   serve("mixtral-q4_0.gguf", "m.gguf", 10);
