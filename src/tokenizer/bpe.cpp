@@ -1,17 +1,13 @@
 #include <queue>
 #include <string>
 
+#include "tokenizer/merge.h"
 #include "tokenizer/models.h"
 #include "tokenizer/utf8.h"
 
 namespace df::tokenizer {
 
 namespace {
-
-struct Symbol {
-  int prev, next;
-  uint32_t off, n;  // bytes of the word; n == 0 once merged into its left neighbour
-};
 
 struct Bigram {
   int left, right;
@@ -42,32 +38,9 @@ class WordMerger {
     if (whole) {
       symbols_.push_back({-1, -1, 0, static_cast<uint32_t>(word.size())});
     } else {
-      uint32_t off = 0;
-      const uint32_t size = static_cast<uint32_t>(word.size());
-      int index = 0;
-      while (off < size) {
-        uint32_t len = std::min<uint32_t>(size - off, static_cast<uint32_t>(utf8::seq_len(word[off])));
-        symbols_.push_back({index - 1, off + len == size ? -1 : index + 1, off, len});
-        off += len;
-        ++index;
-      }
+      split_chars(word, symbols_);
     }
-    for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) add_bigram(i - 1, i);
-
-    while (!queue_.empty()) {
-      Bigram b = queue_.top();
-      queue_.pop();
-      Symbol& l = symbols_[b.left];
-      Symbol& r = symbols_[b.right];
-      // Stale entries: one side merged away, or the right side grew since the pair was queued.
-      if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
-      l.n += r.n;
-      r.n = 0;
-      l.next = r.next;
-      if (r.next >= 0) symbols_[r.next].prev = b.left;
-      add_bigram(l.prev, b.left);
-      add_bigram(b.left, l.next);
-    }
+    merge_pairs(symbols_, queue_, [this](int l, int r) { add_bigram(l, r); });
 
     for (const Symbol& s : symbols_) {
       if (s.n == 0) continue;

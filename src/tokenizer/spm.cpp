@@ -1,17 +1,12 @@
 #include <queue>
 #include <string>
 
+#include "tokenizer/merge.h"
 #include "tokenizer/models.h"
-#include "tokenizer/utf8.h"
 
 namespace df::tokenizer {
 
 namespace {
-
-struct Symbol {
-  int prev, next;
-  uint32_t off, n;
-};
 
 struct Bigram {
   int left, right;
@@ -31,31 +26,9 @@ class Session {
   Session(const Vocab& v, std::string_view text) : v_(v), text_(text) {}
 
   void run(std::vector<int32_t>& out) {
-    uint32_t off = 0;
-    const uint32_t size = static_cast<uint32_t>(text_.size());
-    int index = 0;
-    while (off < size) {
-      uint32_t len = std::min<uint32_t>(size - off, static_cast<uint32_t>(utf8::seq_len(text_[off])));
-      symbols_.push_back({index - 1, off + len == size ? -1 : index + 1, off, len});
-      off += len;
-      ++index;
-    }
+    split_chars(text_, symbols_);
     if (symbols_.empty()) return;
-    for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add(i - 1, i);
-
-    while (!queue_.empty()) {
-      Bigram b = queue_.top();
-      queue_.pop();
-      Symbol& l = symbols_[b.left];
-      Symbol& r = symbols_[b.right];
-      if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
-      l.n += r.n;
-      r.n = 0;
-      l.next = r.next;
-      if (r.next >= 0) symbols_[r.next].prev = b.left;
-      try_add(l.prev, b.left);
-      try_add(b.left, l.next);
-    }
+    merge_pairs(symbols_, queue_, [this](int l, int r) { try_add(l, r); });
     for (int i = 0; i != -1; i = symbols_[i].next) resegment(symbols_[i], out);
   }
 
