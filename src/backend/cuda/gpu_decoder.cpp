@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "diskformer/backend/cuda/gpu_load.h"
 #include "diskformer/backend/cuda_device.h"
 #include "diskformer/util/check.h"
 
@@ -19,10 +20,7 @@ Result<std::unique_ptr<GpuDecoder>> GpuDecoder::create(std::shared_ptr<const Gpu
 }
 
 // What nvidia-smi counts for the device: every process's allocations and contexts (bench reports the same).
-void GpuDecoder::sample_memory() {
-  size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) used_peak_ = std::max<uint64_t>(used_peak_, total_b - free_b);
-}
+void GpuDecoder::sample_memory() { used_peak_ = std::max(used_peak_, device_memory_used()); }
 
 Status GpuDecoder::eval(std::span<const int32_t> tokens) {
   DF_TRY(session_->eval(tokens));

@@ -176,8 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (r >= rows) return;
   const int64_t v = blockIdx.y;
   const int32_t e = ids[v];
-  if (e < 0) return;  // computed elsewhere (streamed decode's CPU share)
-  if (e >= n_expert) __trap();  // the router wrote a bad id: a bug, surfaced as a launch failure
+  if (e < 0 || e >= n_expert) __trap();  // the router wrote a bad id: a bug, surfaced as a launch failure
   float acc[1] = {};
   row_dot<T, 1>(w + uint64_t(e) * expert_stride + r * row_bytes, cols, act + (v / act_div) * act_stride, act_stride,
                 1, lane, acc);

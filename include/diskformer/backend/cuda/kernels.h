@@ -64,8 +64,7 @@ void matmul(const MatmulArgs& a);
 // The routed experts of a layer in one launch: slot v = t * n_used + k multiplies expert ids[v] of a stacked expert
 // tensor (w describes one expert; expert e starts at w.data + e * expert_stride) with input row t (x_per_slot false:
 // x is [n_tok][cols], the gate and up matrices) or row v (x_per_slot true: x is [n_tok * n_used][cols], down).
-// The ids are read on the GPU, so the router's output never visits the host. A negative id skips its slot (its row
-// of y is left as it was: streamed decode computes those experts on the CPU).
+// The ids are read on the GPU, so the router's output never visits the host.
 struct MoeMatmulArgs {
   DMat w;                       // one expert: rows x cols
   uint64_t expert_stride = 0;   // bytes between experts (>= rows * row_bytes)
