@@ -6,6 +6,7 @@
 #include "diskformer/engine/model.h"
 #include "diskformer/engine/sampler.h"
 #include "engine/tiny_model.h"
+#include "model/gold.h"
 #include "support/test_paths.h"
 
 namespace df::test {
@@ -63,12 +64,7 @@ TEST_P(SharedModels, KvCacheReuseEqualsRecomputation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SharedModels, ::testing::Values("qwen3moe-q4_0", "llama-f16", "mixtral-q4_0"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+                         model_param_name);
 
 struct BudgetCase {
   const char* name;

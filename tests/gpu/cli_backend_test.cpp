@@ -47,12 +47,7 @@ TEST_P(RunCuda, GreedyOutputIsLlamaCpps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, RunCuda, ::testing::ValuesIn(kModels), [](const auto& info) {
-  std::string n = info.param;
-  for (auto& ch : n)
-    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(Models, RunCuda, ::testing::ValuesIn(kModels), model_param_name);
 
 // --gpu-budget on run: the smallest budget the CLI accepts (found by bisection, since the device memory in use counts
 // the CUDA context, which only the device knows) streams the experts through a small GPU cache and prints what the

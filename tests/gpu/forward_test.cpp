@@ -15,13 +15,6 @@ namespace {
 
 const char* const kModels[] = {"qwen3moe-q4_0", "qwen3moe-q8_0", "qwen3-q4_0", "llama-f16", "mixtral-q4_0"};
 
-std::string param_name(const ::testing::TestParamInfo<const char*>& info) {
-  std::string n = info.param;
-  for (auto& ch : n)
-    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-}
-
 int32_t host_argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
 
 struct Loaded {
@@ -232,10 +225,10 @@ TEST(GpuForwardSession, UploadFromAStreamingHostModelGivesTheSameLogits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(kModels), param_name);
+INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(kModels), model_param_name);
 INSTANTIATE_TEST_SUITE_P(Models, GpuGold, ::testing::Combine(::testing::ValuesIn(kModels), ::testing::Bool()),
                          [](const auto& info) {
-                           return param_name({std::get<0>(info.param), info.index}) +
+                           return model_param_name({std::get<0>(info.param), info.index}) +
                                   (std::get<1>(info.param) ? "_graph" : "_launches");
                          });
 

@@ -229,12 +229,7 @@ TEST(GpuStreamBudget, LoadWithinABudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuStream, ::testing::ValuesIn(kMoeModels),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+                         model_param_name);
 
 }  // namespace
 }  // namespace df::test

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,14 @@ struct GoldCase {
   bool robust = false;
 };
 
+
+// A shared model's name as a GoogleTest parameter name ("qwen3moe-q4_0" -> "qwen3moe_q4_0").
+inline std::string model_param_name(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = info.param;
+  for (auto& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
 
 // The bytes llama.cpp prints for a token (its token_to_piece, special tokens printing nothing), read from the
 // vocabulary in the GGUF metadata: SentencePiece (▁ for space, <0xNN> bytes) and byte-level BPE.

@@ -46,12 +46,7 @@ TEST_P(Gold, GreedyMatchesLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Models, Gold,
                          ::testing::Values("qwen3moe-q4_0", "qwen3moe-q8_0", "qwen3-q4_0", "llama-f16", "mixtral-q4_0"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+                         model_param_name);
 
 }  // namespace
 }  // namespace df::test
