@@ -1,7 +1,9 @@
 // diskformer render-template (-m MODEL | --template FILE) --messages FILE.json [--bos S] [--eos S]
-//                            [--no-generation-prompt]
+//                            [--no-generation-prompt] [--now "YYYY-MM-DD HH:MM:SS"]
 // Prints the prompt a chat template makes of a conversation, byte for byte, and nothing else on stdout.
 #include <cstdio>
+#include <ctime>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -45,6 +47,25 @@ Result<ModelTemplate> model_template(const std::string& path) {
   return m;
 }
 
+// "YYYY-MM-DD HH:MM:SS" or "YYYY-MM-DD" (midnight), read as local time for strftime_now().
+std::optional<std::tm> parse_now(const std::string& text) {
+  std::tm tm{};
+  for (const char* format : {"%Y-%m-%d %H:%M:%S", "%Y-%m-%d"}) {
+    tm = {};
+    const char* end = strptime(text.c_str(), format, &tm);
+    if (end && *end == '\0') {
+      // mktime fills in the weekday and day of the year that %a and %j print.
+      std::tm normal = tm;
+      normal.tm_isdst = -1;
+      if (mktime(&normal) == -1) return std::nullopt;
+      tm.tm_wday = normal.tm_wday;
+      tm.tm_yday = normal.tm_yday;
+      return tm;
+    }
+  }
+  return std::nullopt;
+}
+
 int fail_with(const std::string& message) {
   std::fprintf(stderr, "diskformer render-template: %s\n", message.c_str());
   return 1;
@@ -54,7 +75,8 @@ int fail_with(const std::string& message) {
 
 int cmd_render_template(int argc, char** argv) {
   Args args("render-template",
-            "(-m MODEL | --template FILE) --messages FILE.json [--bos S] [--eos S] [--no-generation-prompt]");
+            "(-m MODEL | --template FILE) --messages FILE.json [--bos S] [--eos S] [--no-generation-prompt] "
+            "[--now \"YYYY-MM-DD HH:MM:SS\"]");
   args.option("-m,--model", "PATH", "GGUF model whose tokenizer.chat_template to render");
   args.option("--template", "FILE", "a Jinja chat template file instead of a model's");
   args.option("--messages", "FILE.json",
@@ -63,10 +85,17 @@ int cmd_render_template(int argc, char** argv) {
   args.option("--bos", "S", "text of bos_token (default: the model's, or empty)");
   args.option("--eos", "S", "text of eos_token (default: the model's, or empty)");
   args.flag("--no-generation-prompt", "render with add_generation_prompt = false");
+  args.option("--now", "\"YYYY-MM-DD HH:MM:SS\"",
+              "the time strftime_now() formats (default: the clock), for renderings that must not change by the day");
   if (!args.parse(argc, argv)) return args.exit_code();
   if (args.has("--model") == args.has("--template")) return args.usage_error("give exactly one of -m and --template");
   auto messages_path = args.get("--messages");
   if (!messages_path) return args.usage_error("--messages is required");
+  chat::RenderOptions options;
+  if (auto now = args.get("--now")) {
+    options.now = parse_now(*now);
+    if (!options.now) return args.usage_error("--now \"" + *now + "\" is not \"YYYY-MM-DD HH:MM:SS\" or \"YYYY-MM-DD\"");
+  }
 
   chat::ChatInput input;
   std::string source, name;
@@ -114,7 +143,7 @@ int cmd_render_template(int argc, char** argv) {
 
   auto tpl = chat::Template::parse(source, name);
   if (!tpl.ok()) return fail_with(tpl.error().message);
-  auto out = chat::render_chat(*tpl, input);
+  auto out = chat::render_chat(*tpl, input, options);
   if (!out.ok()) return fail_with(out.error().message);
   std::fwrite(out->data(), 1, out->size(), stdout);
   return std::fflush(stdout) == 0 ? 0 : fail_with("error writing to stdout");

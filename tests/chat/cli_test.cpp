@@ -64,7 +64,9 @@ TEST(ChatCli, TemplateFileMatchesJinja2ByteForByte) {
                        " --messages " + quote((dir / "messages.json").string()) +
                        " --bos " + quote(c.at("bos_token").get<std::string>()) +
                        " --eos " + quote(c.at("eos_token").get<std::string>()) +
-                       (c.at("add_generation_prompt").get<bool>() ? "" : " --no-generation-prompt");
+                       (c.at("add_generation_prompt").get<bool>() ? "" : " --no-generation-prompt") +
+                       // The time the reference was rendered at (its "renderer" says so), not today's.
+                       " --now '2026-11-29 12:00:00'";
     CliRun r = run_cli(dir, args);
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_EQ(r.out, c.at("expected").get<std::string>());
@@ -158,6 +160,23 @@ TEST(ChatCli, FailuresExitOneWithOneClearLine) {
   EXPECT_NE(r.err.find("missing.jinja"), std::string::npos) << r.err;
   r = run_cli(dir, "--messages " + quote((dir / "m.json").string()));
   EXPECT_EQ(r.rc, 2);
+  r = run_cli(dir, args("good.jinja", "m.json") + " --now 2026-13-01");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--now \"2026-13-01\""), std::string::npos) << r.err;
+}
+
+TEST(ChatCli, NowFixesStrftimeNow) {
+  fs::path dir = df::test::temp_dir("cli");
+  write(dir / "t.jinja", "{{ strftime_now('%A %d %B %Y %H:%M') }}");
+  write(dir / "m.json", "[]");
+  std::string args =
+      "--template " + quote((dir / "t.jinja").string()) + " --messages " + quote((dir / "m.json").string());
+  CliRun r = run_cli(dir, args + " --now '2026-11-29 12:34:56'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "Sunday 29 November 2026 12:34");
+  r = run_cli(dir, args + " --now 2024-02-29");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "Thursday 29 February 2024 00:00");
 }
 
 }  // namespace
