@@ -57,7 +57,8 @@ std::optional<std::tm> parse_now(const std::string& text) {
       // mktime fills in the weekday and day of the year that %a and %j print.
       std::tm normal = tm;
       normal.tm_isdst = -1;
-      if (mktime(&normal) == -1) return std::nullopt;
+      // A day past its month's end comes back moved into the next month: refused.
+      if (mktime(&normal) == -1 || normal.tm_mday != tm.tm_mday || normal.tm_mon != tm.tm_mon) return std::nullopt;
       tm.tm_wday = normal.tm_wday;
       tm.tm_yday = normal.tm_yday;
       return tm;

@@ -163,6 +163,9 @@ TEST(ChatCli, FailuresExitOneWithOneClearLine) {
   r = run_cli(dir, args("good.jinja", "m.json") + " --now 2026-13-01");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("--now \"2026-13-01\""), std::string::npos) << r.err;
+  r = run_cli(dir, args("good.jinja", "m.json") + " --now 2026-02-30");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--now \"2026-02-30\""), std::string::npos) << r.err;
 }
 
 TEST(ChatCli, NowFixesStrftimeNow) {
