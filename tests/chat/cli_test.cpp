@@ -1,14 +1,14 @@
 // `diskformer render-template`: stdout is the prompt byte for byte; failures exit 1 (2 for usage) with one line.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "chat/reference_clock.h"
 #include "diskformer/gguf/writer.h"
+#include "support/cli_run.h"
 #include "support/test_paths.h"
 
 namespace {
@@ -16,12 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using df::test::CliRun;
+using df::test::slurp;
 
 void write(const fs::path& p, const std::string& text) {
   std::ofstream f(p, std::ios::binary);
@@ -34,17 +30,8 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
-struct CliRun {
-  int rc;
-  std::string out, err;
-};
-
-CliRun run_cli(const fs::path& dir, const std::string& args) {
-  fs::path out = dir / "stdout", err = dir / "stderr";
-  std::string cmd = quote(df::test::cli_path().string()) + " render-template " + args + " >" + quote(out.string()) +
-                    " 2>" + quote(err.string());
-  int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+CliRun run_cli(const std::string& args, const std::string& stdin_text = "") {
+  return df::test::run_cli_capture("render-template " + args, stdin_text);
 }
 
 TEST(ChatCli, TemplateFileMatchesJinja2ByteForByte) {
@@ -65,10 +52,9 @@ TEST(ChatCli, TemplateFileMatchesJinja2ByteForByte) {
                        " --bos " + quote(c.at("bos_token").get<std::string>()) +
                        " --eos " + quote(c.at("eos_token").get<std::string>()) +
                        (c.at("add_generation_prompt").get<bool>() ? "" : " --no-generation-prompt") +
-                       // The time the reference was rendered at (its "renderer" says so), not today's.
-                       " --now '2026-11-29 12:00:00'";
-    CliRun r = run_cli(dir, args);
-    ASSERT_EQ(r.rc, 0) << r.err;
+                       " --now '" + df::test::kReferenceNow + "'";
+    CliRun r = run_cli(args);
+    ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, c.at("expected").get<std::string>());
     ++checked;
   }
@@ -83,15 +69,15 @@ TEST(ChatCli, MessagesObjectCarriesToolsAndVariables) {
   write(dir / "m.json",
         R"({"messages": [{"role": "user", "content": "héllo"}], "tools": [{"name": "f", "z": 1, "a": [true]}],)"
         R"( "enable_thinking": false})");
-  CliRun r = run_cli(dir, "--template " + quote((dir / "t.jinja").string()) + " --messages " +
+  CliRun r = run_cli("--template " + quote((dir / "t.jinja").string()) + " --messages " +
                            quote((dir / "m.json").string()) + " --bos '<s>' --no-generation-prompt");
-  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, R"(<s>user=héllo;f{"name": "f", "z": 1, "a": [true]}|False|False)");
   EXPECT_EQ(r.err, "");
   // The same messages from stdin.
-  r = run_cli(dir, "--template " + quote((dir / "t.jinja").string()) + " --messages - --bos '<s>' <" +
-                       quote((dir / "m.json").string()));
-  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run_cli("--template " + quote((dir / "t.jinja").string()) + " --messages - --bos '<s>'",
+              slurp(dir / "m.json"));
+  ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, R"(<s>user=héllo;f{"name": "f", "z": 1, "a": [true]}|False|True)");
 }
 
@@ -113,11 +99,11 @@ TEST(ChatCli, ModelTemplateAndSpecialTokensComeFromTheGguf) {
   }
   write(dir / "m.json", R"([{"role": "user", "content": "hi"}])");
   const std::string base = "-m " + quote((dir / "tiny.gguf").string()) + " --messages " + quote((dir / "m.json").string());
-  CliRun r = run_cli(dir, base);
-  ASSERT_EQ(r.rc, 0) << r.err;
+  CliRun r = run_cli(base);
+  ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "<s>hi</s>");
-  r = run_cli(dir, base + " --eos '[END]'");
-  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run_cli(base + " --eos '[END]'");
+  ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "<s>hi[END]");
 }
 
@@ -125,8 +111,8 @@ TEST(ChatCli, RealModelTemplate) {
   DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
   fs::path dir = df::test::temp_dir("cli");
   write(dir / "m.json", R"([{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi"}])");
-  CliRun r = run_cli(dir, "-m " + quote(model.string()) + " --messages " + quote((dir / "m.json").string()));
-  ASSERT_EQ(r.rc, 0) << r.err;
+  CliRun r = run_cli("-m " + quote(model.string()) + " --messages " + quote((dir / "m.json").string()));
+  ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
@@ -140,31 +126,31 @@ TEST(ChatCli, FailuresExitOneWithOneClearLine) {
   auto args = [&](const char* tpl, const char* msgs) {
     return "--template " + quote((dir / tpl).string()) + " --messages " + quote((dir / msgs).string());
   };
-  CliRun r = run_cli(dir, args("bad.jinja", "m.json"));
-  EXPECT_EQ(r.rc, 1);
+  CliRun r = run_cli(args("bad.jinja", "m.json"));
+  EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_NE(r.err.find("bad.jinja:3:13: template syntax error"), std::string::npos) << r.err;
-  r = run_cli(dir, args("good.jinja", "broken.json"));
-  EXPECT_EQ(r.rc, 1);
+  r = run_cli(args("good.jinja", "broken.json"));
+  EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_NE(r.err.find("broken.json: invalid JSON at byte"), std::string::npos) << r.err;
-  r = run_cli(dir, args("good.jinja", "two.json"));
-  EXPECT_EQ(r.rc, 1);
+  r = run_cli(args("good.jinja", "two.json"));
+  EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_NE(r.err.find("good.jinja:1: no way"), std::string::npos) << r.err;
-  r = run_cli(dir, args("good.jinja", "m.json"));
-  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run_cli(args("good.jinja", "m.json"));
+  EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "1");
-  r = run_cli(dir, args("missing.jinja", "m.json"));
-  EXPECT_EQ(r.rc, 1);
+  r = run_cli(args("missing.jinja", "m.json"));
+  EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("missing.jinja"), std::string::npos) << r.err;
-  r = run_cli(dir, "--messages " + quote((dir / "m.json").string()));
-  EXPECT_EQ(r.rc, 2);
-  r = run_cli(dir, args("good.jinja", "m.json") + " --now 2026-13-01");
-  EXPECT_EQ(r.rc, 2);
+  r = run_cli("--messages " + quote((dir / "m.json").string()));
+  EXPECT_EQ(r.status, 2);
+  r = run_cli(args("good.jinja", "m.json") + " --now 2026-13-01");
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--now \"2026-13-01\""), std::string::npos) << r.err;
-  r = run_cli(dir, args("good.jinja", "m.json") + " --now 2026-02-30");
-  EXPECT_EQ(r.rc, 2);
+  r = run_cli(args("good.jinja", "m.json") + " --now 2026-02-30");
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--now \"2026-02-30\""), std::string::npos) << r.err;
 }
 
@@ -174,11 +160,11 @@ TEST(ChatCli, NowFixesStrftimeNow) {
   write(dir / "m.json", "[]");
   std::string args =
       "--template " + quote((dir / "t.jinja").string()) + " --messages " + quote((dir / "m.json").string());
-  CliRun r = run_cli(dir, args + " --now '2026-11-29 12:34:56'");
-  EXPECT_EQ(r.rc, 0) << r.err;
+  CliRun r = run_cli(args + " --now '2026-11-29 12:34:56'");
+  EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "Sunday 29 November 2026 12:34");
-  r = run_cli(dir, args + " --now 2024-02-29");
-  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run_cli(args + " --now 2024-02-29");
+  EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "Thursday 29 February 2024 00:00");
 }
 

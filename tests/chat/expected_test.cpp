@@ -2,10 +2,9 @@
 // settings) must come out byte for byte, or fail where Jinja2 failed.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
+#include "chat/reference_clock.h"
 #include "diskformer/chat/template.h"
 #include "support/test_paths.h"
 
@@ -14,24 +13,11 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using test::slurp;
 
-// The reference fixed strftime_now's clock at 2026-11-29 12:00:00.
 RenderOptions reference_options() {
   RenderOptions o;
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 10;
-  tm.tm_mday = 29;
-  tm.tm_hour = 12;
-  tm.tm_wday = 0;  // a Sunday
-  tm.tm_yday = 332;
-  o.now = tm;
+  o.now = test::reference_now();
   return o;
 }
 

@@ -4,9 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
-#include <fstream>
-#include <sstream>
 
+#include "chat/reference_clock.h"
 #include "diskformer/chat/template.h"
 #include "support/test_paths.h"
 
@@ -283,10 +282,7 @@ class ChatTools : public ::testing::TestWithParam<ToolCase> {};
 TEST_P(ChatTools, RendersAsJinja2) {
   const ToolCase& c = GetParam();
   DF_REQUIRE_SHARED(path, std::string("templates/jinja/") + c.template_name);
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream source;
-  source << f.rdbuf();
-  auto tpl = Template::parse(source.str(), c.template_name);
+  auto tpl = Template::parse(test::slurp(path), c.template_name);
   ASSERT_TRUE(tpl.ok()) << tpl.error().message;
   ChatInput in;
   in.messages = ojson::parse(kConversation);
@@ -295,12 +291,7 @@ TEST_P(ChatTools, RendersAsJinja2) {
   in.bos_token = "<s>";
   in.eos_token = "</s>";
   RenderOptions opt;
-  std::tm now{};
-  now.tm_year = 2026 - 1900;
-  now.tm_mon = 10;
-  now.tm_mday = 29;
-  now.tm_hour = 12;
-  opt.now = now;
+  opt.now = test::reference_now();
   auto out = render_chat(*tpl, in, opt);
   ASSERT_TRUE(out.ok()) << out.error().message;
   EXPECT_EQ(*out, c.expected);

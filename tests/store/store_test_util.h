@@ -9,20 +9,12 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "support/test_paths.h"
 
 namespace df::test {
-
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A copy the test may change later (the shared files are read-only, and copy_file keeps their permissions).
 inline void copy_writable(const std::filesystem::path& from, const std::filesystem::path& to) {

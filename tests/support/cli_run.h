@@ -7,7 +7,6 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "support/test_paths.h"
@@ -32,9 +31,7 @@ inline CliRun run_cli_capture(const std::string& args, const std::string& stdin_
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
   const int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::stringstream ss;
-  ss << std::ifstream(err_path, std::ios::binary).rdbuf();
-  r.err = ss.str();
+  r.err = slurp(err_path);
   return r;
 }
 

@@ -12,6 +12,8 @@ std::filesystem::path source_dir();
 std::filesystem::path cli_path();
 // A fresh, empty directory under the build's temp area, removed by the caller's fixture or left for inspection.
 std::filesystem::path temp_dir(const std::string& name);
+// A whole file's bytes ("" where it cannot be read: the caller's assertions say what was expected).
+std::string slurp(const std::filesystem::path& p);
 
 }  // namespace df::test
 

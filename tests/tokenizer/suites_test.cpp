@@ -14,12 +14,7 @@
 namespace df::tokenizer {
 namespace {
 
-std::string read_all(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using test::slurp;
 
 struct Suite {
   std::vector<std::string> texts;
@@ -29,7 +24,7 @@ struct Suite {
 // .inp: cases separated by "\n__ggml_vocab_test__\n" (the file ends with one); .out: one line of ids per case.
 Suite read_suite(const std::filesystem::path& inp, const std::filesystem::path& out) {
   Suite s;
-  const std::string text = read_all(inp);
+  const std::string text = slurp(inp);
   const std::string sep = "\n__ggml_vocab_test__\n";
   size_t pos = 0;
   while (pos < text.size()) {
@@ -38,7 +33,7 @@ Suite read_suite(const std::filesystem::path& inp, const std::filesystem::path& 
     s.texts.push_back(text.substr(pos, next - pos));
     pos = next + sep.size();
   }
-  std::istringstream lines(read_all(out));
+  std::istringstream lines(slurp(out));
   std::string line;
   while (std::getline(lines, line)) {
     std::istringstream ids(line);
@@ -141,7 +136,7 @@ TEST_P(GoldPrompts, PromptIdsMatch) {
   const std::string name = GetParam();
   DF_REQUIRE_SHARED(model, "models/" + name + ".gguf");
   DF_REQUIRE_SHARED(gold, "models/" + name + ".gold.json");
-  const auto j = nlohmann::json::parse(read_all(gold));
+  const auto j = nlohmann::json::parse(slurp(gold));
   const Tokenizer& tok = load(model);
   ASSERT_FALSE(j["cases"].empty());
   for (const auto& c : j["cases"]) {
