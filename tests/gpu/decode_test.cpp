@@ -364,20 +364,19 @@ TEST(DecodeThroughput, RoutedExpertsQ4_0) {
   cuda::DeviceBuffer xq(cuda::q8_scratch_bytes(GgmlType::Q4_0, E, 1));
   cuda::DeviceBuffer act_q8(cuda::q8_scratch_bytes(GgmlType::Q4_0, F, K));
   cuda::quantize_q8_0({.x = dxn.as<float>(), .y = xq.as<uint8_t>(), .n_rows = 1, .cols = E});
-  auto fused = [&] {
+  auto gate_up = [&] {
     cuda::moe_decode_gate_up({.gate = g, .up = u, .gate_stride = gs, .up_stride = us, .n_expert = X,
                               .ids = dids.as<int32_t>(), .n_tok = 1, .n_used = K, .x_q8 = xq.as<uint8_t>(),
                               .act_q8 = act_q8.as<uint8_t>()});
+  };
+  auto fused = [&](float* residual) {
+    gate_up();
     cuda::moe_decode_down({.down = d, .down_stride = ds, .n_expert = X, .ids = dids.as<int32_t>(),
                            .weights = dw.as<float>(), .n_tok = 1, .n_used = K, .act_q8 = act_q8.as<uint8_t>(),
-                           .x = dx.as<float>(), .out = dx.as<float>()});
+                           .x = residual, .out = residual});
   };
-  const double ms_gu = time_ms(50, [&] {
-    cuda::moe_decode_gate_up({.gate = g, .up = u, .gate_stride = gs, .up_stride = us, .n_expert = X,
-                              .ids = dids.as<int32_t>(), .n_tok = 1, .n_used = K, .x_q8 = xq.as<uint8_t>(),
-                              .act_q8 = act_q8.as<uint8_t>()});
-  });
-  const double ms = time_ms(50, fused);
+  const double ms_gu = time_ms(50, gate_up);
+  const double ms = time_ms(50, [&] { fused(dx.as<float>()); });
   // The unfused sequence (its own quantizations included), for comparison.
   cuda::DeviceBuffer gate(K * F * 4), up(K * F * 4), eo(K * E * 4), comb(E * 4);
   cuda::DeviceBuffer scratch(cuda::q8_scratch_bytes(GgmlType::Q4_0, E, K));
@@ -387,30 +386,20 @@ TEST(DecodeThroughput, RoutedExpertsQ4_0) {
   ga.w = g, ga.expert_stride = gs, ga.x = dxn.as<float>(), ga.y = gate.as<float>();
   ua.w = u, ua.expert_stride = us, ua.x = dxn.as<float>(), ua.y = up.as<float>();
   da.w = d, da.expert_stride = ds, da.x = gate.as<float>(), da.x_per_slot = true, da.y = eo.as<float>();
-  const double ms_old = time_ms(50, [&] {
+  auto unfused = [&](float* residual) {
     cuda::moe_matmul(ga);
     cuda::moe_matmul(ua);
     cuda::swiglu({.gate = gate.as<float>(), .up = up.as<float>(), .y = gate.as<float>(), .n = K * F});
     cuda::moe_matmul(da);
     cuda::moe_combine({.expert_out = eo.as<float>(), .weights = dw.as<float>(), .out = comb.as<float>(), .n_tok = 1,
                        .n_embd = E, .n_used = K});
-    cuda::add({.x = dx.as<float>(), .y = comb.as<float>(), .n = E});
-  });
+    cuda::add({.x = residual, .y = comb.as<float>(), .n = E});
+  };
+  const double ms_old = time_ms(50, [&] { unfused(dx.as<float>()); });
   // The result of one fused pass from a fresh residual equals one unfused pass's.
   auto r1 = cuda::to_device(x), r2 = cuda::to_device(x);
-  cuda::moe_decode_gate_up({.gate = g, .up = u, .gate_stride = gs, .up_stride = us, .n_expert = X,
-                            .ids = dids.as<int32_t>(), .n_tok = 1, .n_used = K, .x_q8 = xq.as<uint8_t>(),
-                            .act_q8 = act_q8.as<uint8_t>()});
-  cuda::moe_decode_down({.down = d, .down_stride = ds, .n_expert = X, .ids = dids.as<int32_t>(),
-                         .weights = dw.as<float>(), .n_tok = 1, .n_used = K, .act_q8 = act_q8.as<uint8_t>(),
-                         .x = r1.as<float>(), .out = r1.as<float>()});
-  cuda::moe_matmul(ga);
-  cuda::moe_matmul(ua);
-  cuda::swiglu({.gate = gate.as<float>(), .up = up.as<float>(), .y = gate.as<float>(), .n = K * F});
-  cuda::moe_matmul(da);
-  cuda::moe_combine({.expert_out = eo.as<float>(), .weights = dw.as<float>(), .out = comb.as<float>(), .n_tok = 1,
-                     .n_embd = E, .n_used = K});
-  cuda::add({.x = r2.as<float>(), .y = comb.as<float>(), .n = E});
+  fused(r1.as<float>());
+  unfused(r2.as<float>());
   EXPECT_EQ(count_differ(download<float>(r1, E), download<float>(r2, E)), 0u);
   const double gb = double(K) * double(gs + us + ds) / 1e6, gb_gu = double(K) * double(gs + us) / 1e6;
   std::printf("[decode-throughput] routed experts Q4_0 top-%d of %d (%lldx%lld): fused %.4f ms, %.0f GB/s "
