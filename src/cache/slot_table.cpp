@@ -5,7 +5,7 @@
 namespace df::cache {
 
 SlotTable::SlotTable(uint32_t n_slots) : slots_(n_slots) {
-  DF_CHECK(n_slots > 0 && n_slots != kNoSlot);
+  DF_CHECK(n_slots != kNoSlot);  // 0: a table that holds nothing (an admission table without a spill part)
   index_.reserve(n_slots);
   free_.reserve(n_slots);
   // Free slots are taken from the back: lowest index first.

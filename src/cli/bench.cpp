@@ -1,6 +1,5 @@
-// diskformer bench -m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [--ram-budget SIZE] [--json]: prefill and decode
-// throughput, where the bytes came from, and the weight bytes per second against the memory bandwidth measured in
-// the same run.
+// diskformer bench -m MODEL [-p 512] [-n 64] [-r REPS] [--json] [...]: prefill and greedy decode throughput on the
+// chosen backend, where the bytes came from and how fast they moved, through the same engine sessions as run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,7 +9,6 @@
 #include <sstream>
 
 #include "cli/args.h"
-#include "cli/bench_cuda.h"
 #include "cli/bench_stats.h"
 #include "cli/commands.h"
 #include "cli/compute_backend.h"
@@ -42,46 +40,55 @@ std::optional<std::vector<int64_t>> int_list(Args& args, const std::string& name
   return out;
 }
 
-struct RepResult {
+struct Rep {
   double prefill_s = 0, decode_s = 0;
-  uint64_t decode_weight_bytes = 0;
+  uint64_t decode_weight_bytes = 0;  // CPU: weight bytes the decode products read
+  engine::SessionStats session;
 };
 
-Result<RepResult> one_rep(engine::Model& model, int64_t p, int64_t n, uint32_t n_batch, std::mt19937& rng) {
-  engine::Session s(model);
+// A fresh sequence: a prompt of p random tokens, then n greedy steps, each feeding the previous choice back.
+Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rng) {
+  DF_ASSIGN(engine::Session s, engine::Session::create(model));
   std::uniform_int_distribution<int32_t> tok(0, int32_t(model.spec().n_vocab) - 1);
   std::vector<int32_t> prompt(size_t(std::max<int64_t>(p, 1)));
   for (auto& t : prompt) t = tok(rng);
-  RepResult r;
+  sampling::Sampler greedy({.temp = 0});
+  std::vector<int32_t> history(prompt);
+  Rep r;
   auto t0 = Clock::now();
-  DF_TRY(s.eval(prompt, n_batch));
+  DF_TRY(s.eval(prompt));
+  int32_t next = s.next_token(greedy, history);  // waits for the device
   r.prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  (void)s.stats();  // samples the device's memory in use
   const uint64_t w0 = model.context().weight_bytes_read;
   t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t id = tok(rng);
-    DF_TRY(s.eval(std::span<const int32_t>(&id, 1)));
+    history.push_back(next);
+    DF_TRY(s.eval(std::span<const int32_t>(&next, 1)));
+    next = s.next_token(greedy, history);
   }
   r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
   r.decode_weight_bytes = model.context().weight_bytes_read - w0;
+  r.session = s.stats();
   return r;
 }
+
+json opt(const std::optional<uint64_t>& v) { return v ? json(*v) : json(nullptr); }
 
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args("bench", "-m MODEL [-p 512] [-n 64] [-r REPS] [-t N] [-b N] [--ram-budget SIZE] [--backend cpu|cuda] [--gpu-budget SIZE] [--json]");
+  Args args("bench", "-m MODEL|--store DIR [-p 512] [-n 64] [-r REPS] [-t N] [-b N] [--ram-budget SIZE] "
+                     "[--backend cpu|cuda] [--gpu-budget SIZE] [--json]");
   add_model_options(args);
   args.option("-p,--n-prompt", "N[,N...]", "prompt tokens per prefill (default 512)");
-  args.option("-n,--n-gen", "N[,N...]", "tokens decoded one at a time (default 64)");
+  args.option("-n,--n-gen", "N[,N...]", "tokens decoded one at a time, greedily (default 64)");
   args.option("-r,--repetitions", "REPS", "timed repetitions per configuration (default 3)");
   args.option("-b,--batch-size", "N", "prompt tokens per forward pass (default 512); with --gpu-budget, the routed "
               "experts stream once per batch");
-  args.flag("--json", "one JSON object per configuration on stdout (CLI.md's bench --json)");
+  args.flag("--json", "one JSON object per configuration on stdout (see the README's bench section)");
   args.flag("--quiet", "no logs");
   if (!args.parse(argc, argv)) return args.exit_code();
-  auto path = args.get("--model");
-  if (!path) return args.usage_error("-m MODEL is required");
   auto ps = int_list(args, "--n-prompt", 512);
   auto ns = int_list(args, "--n-gen", 64);
   auto reps = args.get_int("--repetitions", 3);
@@ -91,6 +98,8 @@ int cmd_bench(int argc, char** argv) {
   if (*batch < 1 || *batch > 65536) return args.usage_error("-b must be 1 .. 65536");
   auto mo = model_options(args, /*allow_cuda=*/true);
   if (!mo) return args.exit_code();
+  const auto path = model_path(args);
+  if (!path) return args.exit_code() ? args.exit_code() : 1;
   const bool quiet = args.has("--quiet"), as_json = args.has("--json");
   if (mo->n_ctx == 0) {
     int64_t need = 0;
@@ -98,120 +107,157 @@ int cmd_bench(int argc, char** argv) {
       for (int64_t n : *ns) need = std::max(need, p + n);
     mo->n_ctx = uint32_t(std::max<int64_t>(need, 16));
   }
-
-  const std::optional<std::string> chosen = choose_backend("bench", args);  // cuda where a GPU is present
-  if (!chosen) return 1;
-  const bool on_cuda = *chosen == "cuda";
-  if (on_cuda) mo->host_allocator = cuda_host_allocator();
+  const auto backend = choose_backend("bench", args);  // cuda where a GPU is present
+  if (!backend) return 1;
+  mo->backend = *backend;
+  mo->n_batch = uint32_t(*batch);
+  mo->gpu.max_batch = uint32_t(*batch);
+  const bool on_cuda = *backend == engine::Backend::kCuda;
+  auto fail = [](const std::string& m) {
+    std::fprintf(stderr, "diskformer bench: %s\n", m.c_str());
+    return 1;
+  };
+  const auto t_open = Clock::now();
   auto model = open_model("bench", *path, *mo, quiet);
   if (!model) return 1;
-  uint64_t model_bytes = 0;
-  for (const auto& t : model->file().tensors) model_bytes += t.n_bytes;
-  if (on_cuda)
-    return bench_cuda(*model, {.path = *path, .model_bytes = model_bytes, .prompts = *ps, .gens = *ns,
-                               .reps = *reps, .json = as_json, .quiet = quiet, .gpu_budget = gpu_budget(args),
-                               .ram_budget = mo->ram_budget, .cpu_experts = cpu_experts(args),
-                               .max_batch = uint32_t(*batch)});
+  const double open_s = std::chrono::duration<double>(Clock::now() - t_open).count();
+  const std::string residency = model->describe();
   std::mt19937 rng(1234);
 
-  // A short warm-up so that first-touch costs (and, with a budget, a cold cache) do not land in the first rep.
-  {
-    auto warm = one_rep(*model, std::min<int64_t>(8, ps->front()), 2, uint32_t(*batch), rng);
-    if (!warm.ok()) {
-      std::fprintf(stderr, "diskformer bench: %s\n", warm.error().message.c_str());
-      return 1;
-    }
-  }
-  struct Row {
-    json j;
-    Summary sp, sd, sw;
-    bool streams;
-    uint64_t disk_bytes;
-    double timed_s, hit_rate;
-  };
-  std::vector<Row> rows;
+  // The warm-up runs the first configuration's whole prompt on CUDA (kernel modules load and cuBLAS starts on first
+  // use, which the first timed prefill would otherwise pay) and a short one on the CPU; with a budget it warms the
+  // caches.
+  const int64_t warm_p = std::max<int64_t>(1, std::min<int64_t>(ps->front(), int64_t(model->n_ctx()) - 4));
+  if (auto warm = one_rep(*model, on_cuda ? warm_p : std::min<int64_t>(8, warm_p), 2, rng); !warm)
+    return fail(warm.error().message);
+
+  std::vector<json> rows;
+  std::vector<Summary> weight_GBps;
+  uint64_t gpu_peak = 0;
   for (int64_t p : *ps)
     for (int64_t n : *ns) {
-      if (uint64_t(p + n) > model->n_ctx()) {
-        std::fprintf(stderr, "diskformer bench: -p %lld + -n %lld exceeds the context %u (-c)\n", (long long)p,
-                     (long long)n, model->n_ctx());
-        return 1;
-      }
-      model->weights().reset_stream_stats();
-      const auto disk0 = model->weights().stats();
+      if (uint64_t(p + n) > model->n_ctx())
+        return fail("-p " + std::to_string(p) + " + -n " + std::to_string(n) + " exceeds the context " +
+                    std::to_string(model->n_ctx()) + " (-c)");
+      model->reset_stats();
       const uint64_t ram0 = model->context().weight_bytes_read;
       std::vector<double> pre, dec, wgbs;
       double timed_s = 0;
+      uint64_t cpu_experts = 0;
+      engine::SessionStats last;
       for (int64_t r = 0; r < *reps; ++r) {
-        auto rep = one_rep(*model, p, n, uint32_t(*batch), rng);
-        if (!rep.ok()) {
-          std::fprintf(stderr, "diskformer bench: %s\n", rep.error().message.c_str());
-          return 1;
-        }
+        auto rep = one_rep(*model, p, n, rng);
+        if (!rep) return fail(rep.error().message);
         if (p > 0) pre.push_back(double(p) / rep->prefill_s);
         if (n > 0) {
           dec.push_back(double(n) / rep->decode_s);
           wgbs.push_back(double(rep->decode_weight_bytes) / rep->decode_s / 1e9);
         }
         timed_s += rep->prefill_s + rep->decode_s;
+        cpu_experts += rep->session.cpu_experts;
+        last = rep->session;
+        gpu_peak = std::max(gpu_peak, rep->session.device_used_peak.value_or(0));
       }
-      const auto st = model->weights().stats();
-      const bool streams = model->weights().plan().mode != engine::Residency::kAllResident;
-      const uint64_t disk_bytes = st.streamed_bytes_read - disk0.streamed_bytes_read;
+      const engine::ModelStats ms = model->stats();
       const Summary sp = summarize(pre), sd = summarize(dec), sw = summarize(wgbs);
+      const bool streams = ms.ram.has_value() || ms.gpu.has_value();
       json j = {{"model", std::filesystem::path(*path).filename().string()},
-                {"model_bytes", model_bytes},
-                {"backend", "cpu"},
-                {"gpu_budget", nullptr},
-                {"ram_budget", mo->ram_budget ? json(*mo->ram_budget) : json(nullptr)},
+                {"model_bytes", model->files().tensor_bytes},
+                {"store", model->files().from_store},
+                {"backend", engine::backend_name(*backend)},
+                {"gpu", on_cuda ? json(last.device) : json(nullptr)},
+                {"gpu_budget", opt(mo->gpu.budget)},
+                {"ram_budget", opt(mo->ram_budget)},
                 {"threads", model->threads()},
                 {"prompt_tokens", p},
                 {"gen_tokens", n},
                 {"reps", *reps},
+                {"batch", *batch},
                 {"prefill_tok_s", summary_json(sp, p > 0)},
                 {"decode_tok_s", summary_json(sd, n > 0)},
-                {"gpu_mem_peak_bytes", nullptr},
+                {"gpu_mem_peak_bytes", on_cuda ? json(gpu_peak) : json(nullptr)},
+                {"gpu_weight_bytes", opt(last.device_bytes)},
                 {"rss_peak_bytes", engine::peak_rss_bytes()},
-                {"expert_hit_rate", streams && st.cache.lookups() ? json(st.cache.hit_rate()) : json(nullptr)},
-                {"bytes_from_ram", model->context().weight_bytes_read - ram0},
-                {"bytes_from_disk", disk_bytes},
+                {"expert_hit_rate", nullptr},
+                {"bytes_from_ram", nullptr},
+                {"bytes_from_disk", ms.streamed_bytes_read},
                 {"h2d_GBps", nullptr},
-                {"disk_GBps", streams ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
-                {"prefetch_issued", streams ? json(st.cache.prefetch_issued) : json(nullptr)},
-                {"prefetch_used", streams ? json(st.cache.prefetch_used) : json(nullptr)},
-                {"residency", engine::residency_name(model->weights().plan().mode)},
+                {"disk_GBps", streams && timed_s > 0 ? json(double(ms.streamed_bytes_read) / timed_s / 1e9)
+                                                     : json(nullptr)},
+                {"residency", residency},
+                {"open_s", open_s},
                 {"kernels", model->context().kernels->name}};
-      rows.push_back({j, sp, sd, sw, streams, disk_bytes, timed_s, st.cache.hit_rate()});
+      if (ms.ram) {
+        j["ram_hit_rate"] = ms.ram->cache.hit_rate();
+        j["prefetch_issued"] = ms.ram->cache.prefetch_issued;
+        j["prefetch_used"] = ms.ram->cache.prefetch_used;
+      }
+      if (!on_cuda) {
+        j["expert_hit_rate"] = ms.ram && ms.ram->cache.lookups() ? json(ms.ram->cache.hit_rate()) : json(nullptr);
+        j["bytes_from_ram"] = model->context().weight_bytes_read - ram0;
+      }
+      if (ms.gpu) {
+        const cache::CacheStats& c = ms.gpu->cache;
+        // Of all expert uses: found on the GPU (the CPU's share counts as not found).
+        const uint64_t uses = c.lookups() + cpu_experts;
+        j["gpu_slots"] = ms.gpu_slots;
+        j["expert_hit_rate"] = uses ? double(c.hits + c.late_hits) / double(uses) : 0.0;
+        j["cpu_experts"] = cpu_experts;
+        j["cpu_expert_share"] = uses ? double(cpu_experts) / double(uses) : 0.0;
+        j["gpu_prefetch_issued"] = c.prefetch_issued;
+        j["gpu_prefetch_used"] = c.prefetch_used;
+        j["bytes_from_ram"] = c.bytes_loaded;
+        j["h2d_GBps"] = ms.gpu->load_GBps();
+        j["h2d_busy_share"] = timed_s > 0 ? ms.gpu->load_seconds / timed_s : 0.0;
+      }
+      rows.push_back(std::move(j));
+      weight_GBps.push_back(sw);
     }
 
-  // Measured after the runs, so that its buffer does not count in their peak RSS.
-  const auto bw = cpu::measure_read_bandwidth(*model->context().pool, 256ull << 20);
-  if (!quiet)
-    std::fprintf(stderr, "diskformer bench: memory read bandwidth %.1f GB/s (%d threads)\n", bw.read_GBps,
-                 model->threads());
-  for (auto& row : rows) {
-    json& j = row.j;
+  // CPU runs: the weight bytes per second against the memory read bandwidth, measured after the runs so that its
+  // buffer does not count in their peak RSS.
+  double mem_bw = 0;
+  if (!on_cuda) {
+    mem_bw = cpu::measure_read_bandwidth(*model->context().pool, 256ull << 20).read_GBps;
+    if (!quiet)
+      std::fprintf(stderr, "diskformer bench: memory read bandwidth %.1f GB/s (%d threads)\n", mem_bw,
+                   model->threads());
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    json& j = rows[i];
     const int64_t p = j["prompt_tokens"], n = j["gen_tokens"];
-    j["mem_read_GBps"] = bw.read_GBps;
-    j["decode_weight_GBps"] = n > 0 ? json(row.sw.median) : json(nullptr);
-    j["decode_weight_fraction_of_mem_bw"] = n > 0 ? json(row.sw.median / bw.read_GBps) : json(nullptr);
+    const bool dec = n > 0 && !on_cuda;
+    j["mem_read_GBps"] = on_cuda ? json(nullptr) : json(mem_bw);
+    j["decode_weight_GBps"] = dec ? json(weight_GBps[i].median) : json(nullptr);
+    j["decode_weight_fraction_of_mem_bw"] = dec ? json(weight_GBps[i].median / mem_bw) : json(nullptr);
     if (as_json) {
       std::printf("%s\n", j.dump().c_str());
       continue;
     }
-    std::printf("%s  p=%lld n=%lld reps=%lld threads=%d %s, kernels %s\n", j["model"].get<std::string>().c_str(),
-                (long long)p, (long long)n, (long long)*reps, model->threads(), j["residency"].get<std::string>().c_str(),
+    const std::string where = on_cuda ? "cuda (" + j["gpu"].get<std::string>() + ")" : std::string("cpu");
+    std::printf("%s  p=%lld n=%lld reps=%lld %s, %d threads, kernels %s\n", j["model"].get<std::string>().c_str(),
+                (long long)p, (long long)n, (long long)*reps, where.c_str(), model->threads(),
                 j["kernels"].get<std::string>().c_str());
-    if (p > 0) std::printf("  prefill  %9.2f tok/s (min %.2f, max %.2f)\n", row.sp.median, row.sp.min, row.sp.max);
+    std::printf("  %s\n", residency.c_str());
+    if (p > 0)
+      std::printf("  prefill  %9.2f tok/s (min %.2f, max %.2f)\n", j["prefill_tok_s"]["median"].get<double>(),
+                  j["prefill_tok_s"]["min"].get<double>(), j["prefill_tok_s"]["max"].get<double>());
     if (n > 0)
-      std::printf("  decode   %9.2f tok/s (min %.2f, max %.2f); weights %.2f GB/s = %.0f%% of the %.1f GB/s memory "
-                  "read bandwidth\n",
-                  row.sd.median, row.sd.min, row.sd.max, row.sw.median, 100.0 * row.sw.median / bw.read_GBps,
-                  bw.read_GBps);
-    if (row.streams)
-      std::printf("  disk     %s read in the timed runs (%.2f GB/s), cache hit rate %.1f%%\n",
-                  format_size(row.disk_bytes).c_str(), double(row.disk_bytes) / row.timed_s / 1e9,
-                  100.0 * row.hit_rate);
+      std::printf("  decode   %9.2f tok/s (min %.2f, max %.2f)\n", j["decode_tok_s"]["median"].get<double>(),
+                  j["decode_tok_s"]["min"].get<double>(), j["decode_tok_s"]["max"].get<double>());
+    if (dec)
+      std::printf("  decode weights %.2f GB/s = %.0f%% of the %.1f GB/s memory read bandwidth\n",
+                  weight_GBps[i].median, 100.0 * weight_GBps[i].median / mem_bw, mem_bw);
+    if (j.contains("gpu_slots"))
+      std::printf("  expert hit rate %.1f%% (%llu slots), CPU share %.1f%%, %s from RAM to the GPU at %.1f GB/s\n",
+                  100.0 * j["expert_hit_rate"].get<double>(), (unsigned long long)j["gpu_slots"].get<uint64_t>(),
+                  100.0 * j["cpu_expert_share"].get<double>(),
+                  format_size(j["bytes_from_ram"].get<uint64_t>()).c_str(), j["h2d_GBps"].get<double>());
+    if (j.contains("ram_hit_rate"))
+      std::printf("  disk     %s read in the timed runs (%.2f GB/s), RAM cache hit rate %.1f%%\n",
+                  format_size(j["bytes_from_disk"].get<uint64_t>()).c_str(), j["disk_GBps"].get<double>(),
+                  100.0 * j["ram_hit_rate"].get<double>());
+    if (on_cuda) std::printf("  GPU memory peak %s (driver-reported, whole device)\n", format_size(gpu_peak).c_str());
     std::printf("  peak RSS %s\n", format_size(j["rss_peak_bytes"].get<uint64_t>()).c_str());
   }
   std::fflush(stdout);

@@ -26,24 +26,24 @@ constexpr const char* kChatMl =
 }  // namespace
 
 int cmd_chat(int argc, char** argv) {
-  Args args("chat", "-m MODEL [--system TEXT] [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
+  Args args("chat", "-m MODEL|--store DIR [--system TEXT] [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
   add_model_options(args);
   args.option("--system", "TEXT", "system message that starts the conversation");
   add_sampling_options(args);
   args.flag("--quiet", "no logs");
   if (!args.parse(argc, argv)) return args.exit_code();
-  auto path = args.get("--model");
-  if (!path) return args.usage_error("-m MODEL is required");
   auto mo = model_options(args, /*allow_cuda=*/true);
   if (!mo) return args.exit_code();
+  const auto path = model_path(args);
+  if (!path) return args.exit_code() ? args.exit_code() : 1;
   auto go = generate_options(args, -1);
   if (!go) return args.exit_code();
   const bool quiet = args.has("--quiet");
 
   const auto backend = choose_backend("chat", args);
   if (!backend) return 1;
-  mo->host_allocator = host_allocator_for(*backend);
-  auto model = open_model("chat", *path, *mo, quiet);
+  mo->backend = *backend;
+  auto model = open_model("chat", *path, *mo, quiet, /*cpu_fallback=*/!args.has("--backend"));
   if (!model) return 1;
   auto tok = tokenizer::Tokenizer::from_gguf(model->file());
   if (!tok.ok()) {
@@ -68,10 +68,8 @@ int cmd_chat(int argc, char** argv) {
   input.eos_token = eos;
   if (auto sys = args.get("--system")) input.messages.push_back({{"role", "system"}, {"content", *sys}});
 
-  auto decoder = open_decoder("chat", *backend, *model,
-                              {.quiet = quiet, .cpu_fallback = !args.has("--backend"), .gpu_budget = gpu_budget(args),
-                               .cpu_experts = cpu_experts(args)});
-  if (!decoder) return 1;
+  auto session = open_session("chat", *model);
+  if (!session) return 1;
   std::vector<int32_t> cached;  // tokens whose keys and values the session holds, in order
   const bool interactive = isatty(STDIN_FILENO);
   if (interactive && !quiet) std::fprintf(stderr, "diskformer chat: type a message; /exit or end of input quits\n");
@@ -94,7 +92,7 @@ int cmd_chat(int argc, char** argv) {
     size_t keep = 0;
     while (keep < cached.size() && keep < ids.size() && cached[keep] == ids[keep]) ++keep;
     if (keep == ids.size() && keep > 0) --keep;  // at least one token to evaluate, for fresh logits
-    decoder->truncate(uint32_t(keep));
+    session->truncate(uint32_t(keep));
     cached.resize(keep);
     const std::vector<int32_t> rest(ids.begin() + long(keep), ids.end());
 
@@ -109,7 +107,7 @@ int cmd_chat(int argc, char** argv) {
       std::fflush(stdout);
     };
     std::vector<int32_t> history = cached;
-    auto st = engine::generate(*decoder, rest, *go, hooks, history);
+    auto st = engine::generate(*session, rest, *go, hooks, history);
     const std::string tail = dec.flush();
     reply += tail;
     std::fwrite(tail.data(), 1, tail.size(), stdout);
@@ -120,12 +118,12 @@ int cmd_chat(int argc, char** argv) {
       return 1;
     }
     // The session now holds the prompt and every generated token that was fed back.
-    history.resize(decoder->n_past());
+    history.resize(session->n_past());
     cached = history;
     input.messages.push_back({{"role", "assistant"}, {"content", reply}});
-    if (!quiet) std::fprintf(stderr, "[%s, %s]\n", backend_stats(*decoder).c_str(), stats_line(*model, *st).c_str());
+    if (!quiet) std::fprintf(stderr, "[%s, %s]\n", backend_stats(*model, *session).c_str(), stats_line(*model, *st).c_str());
     if (st->context_full) {
-      std::fprintf(stderr, "diskformer chat: the context of %u tokens is full\n", decoder->n_ctx());
+      std::fprintf(stderr, "diskformer chat: the context of %u tokens is full\n", session->n_ctx());
       return 1;
     }
   }

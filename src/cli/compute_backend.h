@@ -1,5 +1,5 @@
-// The compute backend of run and chat: --backend cpu|cuda, or by default CUDA where the build has the CUDA backend
-// and a GPU is present (else the CPU, silently); and the decoder that generation drives on it.
+// The compute backend of the engine commands: --backend cpu|cuda, or by default CUDA where the build has the CUDA
+// backend and a GPU is present (else the CPU, silently); and the model opened on it.
 #pragma once
 
 #include <memory>
@@ -7,36 +7,25 @@
 #include <string>
 
 #include "cli/args.h"
-#include "diskformer/io/buffer.h"
-#include "diskformer/engine/decoder.h"
 #include "diskformer/engine/model.h"
+#include "diskformer/engine/session.h"
 
 namespace df::cli {
 
-// --backend as given (model_options has checked the name), else "cuda" where available, else "cpu". nullopt after
+// --backend as given (model_options has checked the name), else cuda where available, else cpu. nullopt after
 // printing one line (exit 1) when cuda is asked for and no device can run it, before any model is read.
-std::optional<std::string> choose_backend(const char* command, const Args& args);
+std::optional<engine::Backend> choose_backend(const char* command, const Args& args);
 
-// The host allocator for the weights of a run on `backend`: pinned memory on CUDA (uploads and streamed experts
-// cross the link at its speed), nullptr (the default) on the CPU.
-io::HostAllocator* host_allocator_for(const std::string& backend);
+// Opens the model on options.backend, printing a failure as one line (nullptr). With cpu_fallback (cuda was the
+// default, not asked for), a model the GPU cannot run logs why and opens on the CPU instead.
+std::unique_ptr<engine::Model> open_model(const char* command, const std::string& path,
+                                          const engine::ModelOptions& options, bool quiet, bool cpu_fallback = false);
 
-struct DecoderOptions {
-  bool quiet = false;
-  // cuda was the default, not asked for: a GPU that cannot hold the model logs why and the CPU runs it instead.
-  bool cpu_fallback = false;
-  std::optional<uint64_t> gpu_budget;  // --gpu-budget: the routed experts stream through a GPU cache within it
-  bool cpu_experts = true;             // --cpu-experts: streamed decode shares its misses with the CPU
-};
-
-// The CPU engine's session, or the model put on the GPU (cuda::load_gpu_model: all resident, or experts streamed
-// under a budget) with a session there; the host model must outlive it. nullptr after printing one line (exit 1): no
-// CUDA device, a model the GPU cannot hold or a budget too small (with the sizes).
-std::unique_ptr<engine::Decoder> open_decoder(const char* command, const std::string& backend, engine::Model& model,
-                                              const DecoderOptions& options);
+// A session of the model, or nullptr after printing why.
+std::optional<engine::Session> open_session(const char* command, engine::Model& model);
 
 // "backend cpu" or "backend cuda (NVIDIA H200), GPU memory 1.2 GiB held by this run, 2.0 GiB in use on the device
-// (driver-reported peak)": the start of the stats line.
-std::string backend_stats(engine::Decoder& decoder);
+// (driver-reported peak), GPU expert cache hit rate 93.1%, 1.2 GiB copied to the GPU": the start of the stats line.
+std::string backend_stats(engine::Model& model, engine::Session& session);
 
 }  // namespace df::cli

@@ -3,20 +3,22 @@
 #include <cstdio>
 #include <random>
 
+#include "diskformer/store/store.h"
 #include "diskformer/util/size.h"
 
 namespace df::cli {
 
-void add_model_options(Args& args) {
-  args.option("-m,--model", "PATH", "GGUF model file");
+void add_model_options(Args& args, bool gpu) {
+  args.option("-m,--model", "PATH", "GGUF model file, or a store directory made by ingest");
+  args.option("--store", "DIR", "run from this store made by ingest (with -m FILE: checked to still match it)");
   args.option("-c,--ctx-size", "N", "context length (default: the model's, at most 4096)");
   args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
-  args.option("--ram-budget", "SIZE", "RAM for weights, caches and the KV cache; streams from disk beyond it");
+  args.option("--ram-budget", "SIZE", "RAM for weights and their caches; streams from disk beyond it");
+  if (!gpu) return;
   args.option("--gpu-budget", "SIZE", "GPU memory for the run, CUDA context included; streams experts beyond it");
   args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
               "finishes sooner than their copies to the GPU (default on)");
-  args.option("--backend", "NAME",
-              "cpu or cuda (run, chat: cuda where a GPU is present, else cpu; bench: cpu)");
+  args.option("--backend", "NAME", "cpu or cuda (default: cuda where a GPU is present, else cpu)");
 }
 
 void add_sampling_options(Args& args) {
@@ -30,15 +32,22 @@ void add_sampling_options(Args& args) {
   args.flag("--ignore-eos", "keep generating past end-of-generation tokens");
 }
 
-std::string backend(const Args& args) { return args.get_or("--backend", "cpu"); }
-
-bool cpu_experts(const Args& args) { return args.get_or("--cpu-experts", "on") == "on"; }
-
-std::optional<uint64_t> gpu_budget(const Args& args) {
-  auto text = args.get("--gpu-budget");
-  if (!text) return std::nullopt;
-  auto bytes = parse_size(*text);
-  return bytes.ok() ? std::optional<uint64_t>(*bytes) : std::nullopt;
+std::optional<std::string> model_path(Args& args) {
+  const auto m = args.get("--model");
+  const auto dir = args.get("--store");
+  if (!m && !dir) {
+    args.usage_error("-m MODEL (or --store DIR) is required");
+    return std::nullopt;
+  }
+  if (!dir) return *m;
+  if (m) {  // the store must be of this file, as it is now
+    auto s = store::Store::open(*dir, {.source = *m});
+    if (!s.ok()) {
+      std::fprintf(stderr, "diskformer: %s\n", s.error().message.c_str());
+      return std::nullopt;
+    }
+  }
+  return *dir;
 }
 
 std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
@@ -46,7 +55,7 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
   auto ctx = args.get_int("--ctx-size", 0);
   auto threads = args.get_int("--threads", 0);
   auto budget = args.get_size("--ram-budget");
-  auto gpu = args.get_size("--gpu-budget");  // read by the CUDA backend through gpu_budget()
+  auto gpu = args.get_size("--gpu-budget");
   if (!ctx || !threads || !budget || !gpu) return std::nullopt;
   if (*ctx < 0 || *ctx > (1 << 24)) {
     args.usage_error("-c must be between 0 and 16777216, got " + std::to_string(*ctx));
@@ -61,7 +70,7 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
 #else
   const bool cuda_built = false;
 #endif
-  const std::string b = backend(args);
+  const std::string b = args.get_or("--backend", "cpu");
   if (b == "cuda" && allow_cuda && !cuda_built) {
     args.usage_error("--backend cuda: this build has no CUDA backend (configure with -DDISKFORMER_CUDA=ON)");
     return std::nullopt;
@@ -71,13 +80,16 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
                      (allow_cuda && cuda_built ? " (supported: cpu, cuda)" : " (supported: cpu)"));
     return std::nullopt;
   }
-  if (const std::string c = args.get_or("--cpu-experts", "on"); c != "on" && c != "off") {
+  const std::string c = args.get_or("--cpu-experts", "on");
+  if (c != "on" && c != "off") {
     args.usage_error("--cpu-experts takes on or off, got " + c);
     return std::nullopt;
   }
   o.n_ctx = uint32_t(*ctx);
   o.threads = int(*threads);
   o.ram_budget = *budget;
+  o.gpu.budget = *gpu;
+  o.gpu.cpu_experts = c == "on";
   return o;
 }
 
@@ -106,28 +118,11 @@ std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t defa
   return g;
 }
 
-std::unique_ptr<engine::Model> open_model(const char* command, const std::string& path,
-                                          const engine::ModelOptions& options, bool quiet) {
-  auto m = engine::Model::open(path, options);
-  if (!m.ok()) {
-    std::fprintf(stderr, "diskformer %s: %s\n", command, m.error().message.c_str());
-    return nullptr;
-  }
-  if (!quiet) {
-    const auto& s = (*m)->spec();
-    std::fprintf(stderr, "diskformer %s: %s, %s, %u layers, d=%u, %u threads, kernels %s, context %u\n", command,
-                 path.c_str(), model::family_name(s.family), s.n_layer, s.n_embd, (*m)->threads(),
-                 (*m)->context().kernels->name, (*m)->n_ctx());
-    std::fprintf(stderr, "diskformer %s: %s\n", command, (*m)->weights().plan().describe().c_str());
-  }
-  return std::move(m).value();
-}
-
 std::string stats_line(engine::Model& model, const engine::GenerateStats& st) {
-  const auto d = model.weights().stats();
+  const engine::ModelStats d = model.stats();
+  std::string hit = "n/a (all resident)";
+  if (d.ram && d.ram->cache.lookups()) hit = std::to_string(int(d.ram->cache.hit_rate() * 1000) / 10.0).substr(0, 5) + "%";
   char buf[512];
-  std::string hit = d.cache.lookups() ? std::to_string(int(d.cache.hit_rate() * 1000) / 10.0).substr(0, 5) + "%"
-                                      : std::string("n/a (all resident)");
   std::snprintf(buf, sizeof buf,
                 "prompt %lld tok (%.1f tok/s), decode %lld tok (%.1f tok/s), disk %s read, cache hit rate %s, "
                 "peak RSS %s",

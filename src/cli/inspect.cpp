@@ -7,9 +7,11 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "diskformer/engine/gpu_plan.h"
+#include "diskformer/backend/cuda/plan.h"
+#include "diskformer/engine/model_files.h"
+#include "diskformer/store/store.h"
 #include "diskformer/gguf/reader.h"
-#include "diskformer/model/breakdown.h"
+#include "diskformer/gguf/breakdown.h"
 #include "diskformer/util/size.h"
 
 namespace df::cli {
@@ -72,7 +74,7 @@ TokenizerSummary tokenizer_summary(const gguf::File& f) {
   return t;
 }
 
-int print_json(const gguf::File& f, const model::Breakdown& b) {
+int print_json(const gguf::File& f, const gguf::Breakdown& b) {
   json j;
   j["path"] = f.path;
   j["file_bytes"] = f.file_size;
@@ -97,8 +99,8 @@ int print_json(const gguf::File& f, const model::Breakdown& b) {
                     {"special", special}, {"flags", flags},          {"chat_template", tok.has_template}};
   json cats = json::object();
   for (int c = 0; c < 5; ++c) {
-    auto cat = static_cast<model::TensorCategory>(c);
-    cats[std::string(model::category_name(cat))] = b.bytes(cat);
+    auto cat = static_cast<gguf::TensorCategory>(c);
+    cats[std::string(gguf::category_name(cat))] = b.bytes(cat);
   }
   j["bytes_by_category"] = cats;
   j["tensor_bytes"] = b.total;
@@ -113,13 +115,13 @@ int print_json(const gguf::File& f, const model::Breakdown& b) {
                        {"shape", t.shape},
                        {"bytes", t.n_bytes},
                        {"offset", t.offset},
-                       {"category", model::category_name(model::categorize(t.name))}});
+                       {"category", gguf::category_name(gguf::categorize(t.name))}});
   j["tensors"] = tensors;
   std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
   return 0;
 }
 
-int print_text(const gguf::File& f, const model::Breakdown& b) {
+int print_text(const gguf::File& f, const gguf::Breakdown& b) {
   std::string arch = f.architecture();
   std::printf("%s: GGUF v%u, %s, %zu tensors, %zu metadata keys, alignment %u, tensor data at offset %llu\n",
               f.path.c_str(), f.version, format_size(f.file_size).c_str(), f.tensors.size(), f.metadata.size(),
@@ -149,9 +151,9 @@ int print_text(const gguf::File& f, const model::Breakdown& b) {
   if (!f.tensors.empty()) {
     std::printf("\nbytes by category:\n");
     for (int c = 0; c < 5; ++c) {
-      auto cat = static_cast<model::TensorCategory>(c);
+      auto cat = static_cast<gguf::TensorCategory>(c);
       uint64_t n = b.bytes(cat);
-      std::printf("  %-28s %14llu  %-11s %5.1f%%\n", std::string(model::category_name(cat)).c_str(),
+      std::printf("  %-28s %14llu  %-11s %5.1f%%\n", std::string(gguf::category_name(cat)).c_str(),
                   static_cast<unsigned long long>(n), format_size(n).c_str(), b.total ? 100.0 * n / b.total : 0.0);
     }
     std::printf("  %-28s %14llu  %s\n", "total", static_cast<unsigned long long>(b.total), format_size(b.total).c_str());
@@ -184,39 +186,37 @@ int print_text(const gguf::File& f, const model::Breakdown& b) {
   return 0;
 }
 
-// The plan of engine/gpu_plan.h for this file: text lines or one JSON object on stdout; a refused budget is a runtime
-// failure (exit 1) with the itemized numbers.
-int print_gpu_plan(const gguf::File& f, uint64_t budget, uint32_t n_ctx, bool as_json) {
-  auto spec = model::spec_from_gguf(f);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "diskformer inspect: %s\n", spec.error().message.c_str());
+// The GPU plan (backend/cuda/plan.h) for this model: text lines or one JSON object on stdout; a refused budget is a
+// runtime failure (exit 1) with the itemized numbers.
+int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, bool as_json) {
+  auto m = engine::open_model_files(path);
+  if (!m.ok()) {
+    std::fprintf(stderr, "diskformer inspect: %s\n", m.error().message.c_str());
     return 1;
   }
-  auto tensors = model::bind_tensors(f, *spec);
-  if (!tensors.ok()) {
-    std::fprintf(stderr, "diskformer inspect: %s\n", tensors.error().message.c_str());
-    return 1;
-  }
+  const engine::ModelFiles& mf = **m;
+  const gguf::File& f = mf.file;
   // -c absent: the context the engine commands default to.
-  if (n_ctx == 0) n_ctx = std::min<uint32_t>(spec->n_ctx_train ? spec->n_ctx_train : 4096, 4096);
-  auto plan = engine::plan_gpu(*spec, *tensors, {.budget = budget, .n_ctx = n_ctx});
+  if (n_ctx == 0) n_ctx = std::min<uint32_t>(mf.spec.n_ctx_train ? mf.spec.n_ctx_train : 4096, 4096);
+  auto plan = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts, {.budget = budget, .n_ctx = n_ctx});
   if (!plan.ok()) {
     std::fprintf(stderr, "diskformer inspect: %s\n", plan.error().message.c_str());
     return 1;
   }
-  const engine::GpuPlan& p = *plan;
+  const cuda::GpuPlan& p = *plan;
   if (as_json) {
     json j = p.to_json();
-    j["path"] = f.path;
+    j["path"] = path;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  const engine::GpuResident& r = p.resident;
+  const cuda::GpuResident& r = p.resident;
   auto line = [](const char* what, uint64_t n) {
     std::printf("  %-28s %14llu  %s\n", what, static_cast<unsigned long long>(n), format_size(n).c_str());
   };
-  std::printf("%s: GPU plan for a budget of %s, context %u, batches of %u: %s\n", f.path.c_str(),
-              format_size(budget).c_str(), p.n_ctx, p.max_batch, engine::residency_name(p.mode));
+  std::printf("%s: GPU plan for a budget of %s, context %u, batches of %u: %s\n", path.c_str(),
+              format_size(budget).c_str(), p.n_ctx, p.max_batch, p.mode_name().c_str());
+  (void)f;
   std::printf("\nresident:\n");
   line("CUDA context (assumed)", r.context);
   if (p.token_embd_on_host)
@@ -248,27 +248,29 @@ int print_gpu_plan(const gguf::File& f, uint64_t budget, uint32_t n_ctx, bool as
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  Args args("inspect", "-m MODEL.gguf [--json] [--gpu-budget SIZE [-c N]]");
-  args.option("-m,--model", "PATH", "GGUF file to describe");
+  Args args("inspect", "-m MODEL|--store DIR [--json] [--gpu-budget SIZE [-c N]]");
+  args.option("-m,--model", "PATH", "GGUF file to describe, or a store directory made by ingest");
+  args.option("--store", "DIR", "a store made by ingest (its source's header and the store's layout)");
   args.flag("--json", "one JSON object on stdout instead of tables");
   args.option("--gpu-budget", "SIZE", "print the GPU residency plan for this budget (CUDA context included)");
   args.option("-c,--ctx-size", "N", "context length of the plan's KV cache (default: the model's, at most 4096)");
   if (!args.parse(argc, argv)) return args.exit_code();
-  auto path = args.get("--model");
-  if (!path) return args.usage_error("-m MODEL is required");
+  auto path = args.get("--store") ? args.get("--store") : args.get("--model");
+  if (!path) return args.usage_error("-m MODEL (or --store DIR) is required");
   auto gpu_budget = args.get_size("--gpu-budget");
   auto ctx = args.get_int("--ctx-size", 0);
   if (!gpu_budget || !ctx) return args.exit_code();
   if (*ctx < 0 || *ctx > (1 << 24))
     return args.usage_error("-c must be between 0 and 16777216, got " + std::to_string(*ctx));
-  auto f = gguf::read_file(*path);
-  if (!f) {
-    std::fprintf(stderr, "diskformer inspect: %s\n", f.error().message.c_str());
+  if (*gpu_budget) return print_gpu_plan(*path, **gpu_budget, uint32_t(*ctx), args.has("--json"));
+  auto r = store::open_model_records(*path);
+  if (!r) {
+    std::fprintf(stderr, "diskformer inspect: %s\n", r.error().message.c_str());
     return 1;
   }
-  if (*gpu_budget) return print_gpu_plan(*f, **gpu_budget, uint32_t(*ctx), args.has("--json"));
-  auto b = model::breakdown(*f);
-  return args.has("--json") ? print_json(*f, b) : print_text(*f, b);
+  const gguf::File& f = r->model;
+  auto b = gguf::breakdown(f);
+  return args.has("--json") ? print_json(f, b) : print_text(f, b);
 }
 
 }  // namespace df::cli

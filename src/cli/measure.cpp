@@ -21,7 +21,7 @@
 #include "diskformer/io/reader.h"
 #include "diskformer/util/size.h"
 #ifdef DISKFORMER_HAVE_CUDA
-#include "diskformer/backend/cuda_device.h"
+#include "diskformer/cudart/devices.h"
 #endif
 
 namespace df::cli {

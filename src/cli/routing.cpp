@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/text_file.h"
+#include "cli/compute_backend.h"
 #include "cli/engine_args.h"
 #include "diskformer/model/routing_stats.h"
 #include "diskformer/tokenizer/tokenizer.h"
@@ -16,16 +17,14 @@
 namespace df::cli {
 
 int cmd_routing(int argc, char** argv) {
-  Args args("routing", "-m MODEL (-f FILE | -p TEXT) [-c N] [--max-tokens N] [-t N] [--json]");
-  add_model_options(args);
+  Args args("routing", "-m MODEL|--store DIR (-f FILE | -p TEXT) [-c N] [--max-tokens N] [-t N] [--json]");
+  add_model_options(args, /*gpu=*/false);
   args.option("-p,--prompt", "TEXT", "text to route");
   args.option("-f,--file", "PATH", "read the text from a file");
   args.option("--max-tokens", "N", "route at most N tokens of the text (default 8192)");
   args.flag("--json", "one JSON object on stdout");
   args.flag("--quiet", "no logs");
   if (!args.parse(argc, argv)) return args.exit_code();
-  auto path = args.get("--model");
-  if (!path) return args.usage_error("-m MODEL is required");
   if (args.has("--prompt") == args.has("--file")) return args.usage_error("give the text with -p or -f");
   auto max_tokens = args.get_int("--max-tokens", 8192);
   if (!max_tokens) return args.exit_code();
@@ -33,6 +32,8 @@ int cmd_routing(int argc, char** argv) {
   auto mo = model_options(args);
   if (!mo) return args.exit_code();
   if (mo->n_ctx == 0) mo->n_ctx = 512;
+  const auto path = model_path(args);
+  if (!path) return args.exit_code() ? args.exit_code() : 1;
 
   std::string text;
   if (auto f = args.get("--file")) {
@@ -65,9 +66,10 @@ int cmd_routing(int argc, char** argv) {
   model::RoutingStats stats(spec.n_layer, spec.n_expert, spec.n_expert_used);
   for (size_t at = 0; at < ids.size(); at += model->n_ctx()) {
     const size_t n = std::min<size_t>(model->n_ctx(), ids.size() - at);
-    engine::Session s(*model);
-    s.set_routing_stats(&stats);
-    if (auto st = s.eval(std::span<const int32_t>(ids.data() + at, n)); !st) {
+    auto s = open_session("routing", *model);
+    if (!s) return 1;
+    s->set_routing_stats(&stats);
+    if (auto st = s->eval(std::span<const int32_t>(ids.data() + at, n)); !st) {
       std::fprintf(stderr, "diskformer routing: %s\n", st.error().message.c_str());
       return 1;
     }

@@ -12,7 +12,7 @@ namespace df::cli {
 
 int cmd_run(int argc, char** argv) {
   Args args("run",
-            "-m MODEL (-p PROMPT | -f FILE) [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
+            "-m MODEL|--store DIR (-p PROMPT | -f FILE) [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
   add_model_options(args);
   args.option("-p,--prompt", "TEXT", "prompt text");
   args.option("-f,--file", "PATH", "read the prompt from a file");
@@ -20,8 +20,6 @@ int cmd_run(int argc, char** argv) {
   args.flag("--quiet", "no logs, only the stats line");
   args.flag("--verbose", "more detail in the logs");
   if (!args.parse(argc, argv)) return args.exit_code();
-  auto path = args.get("--model");
-  if (!path) return args.usage_error("-m MODEL is required");
   std::string prompt;
   if (auto p = args.get("--prompt")) {
     prompt = *p;
@@ -37,14 +35,16 @@ int cmd_run(int argc, char** argv) {
   }
   auto mo = model_options(args, /*allow_cuda=*/true);
   if (!mo) return args.exit_code();
+  const auto path = model_path(args);
+  if (!path) return args.exit_code() ? args.exit_code() : 1;
   auto go = generate_options(args, 128);
   if (!go) return args.exit_code();
   const bool quiet = args.has("--quiet");
 
   const auto backend = choose_backend("run", args);
   if (!backend) return 1;
-  mo->host_allocator = host_allocator_for(*backend);
-  auto model = open_model("run", *path, *mo, quiet);
+  mo->backend = *backend;
+  auto model = open_model("run", *path, *mo, quiet, /*cpu_fallback=*/!args.has("--backend"));
   if (!model) return 1;
   auto tok = tokenizer::Tokenizer::from_gguf(model->file());
   if (!tok.ok()) {
@@ -55,10 +55,8 @@ int cmd_run(int argc, char** argv) {
   if (!quiet) std::fprintf(stderr, "diskformer run: prompt %zu tokens, seed %llu\n", ids.size(),
                            (unsigned long long)go->sampling.seed);
 
-  auto decoder = open_decoder("run", *backend, *model,
-                              {.quiet = quiet, .cpu_fallback = !args.has("--backend"), .gpu_budget = gpu_budget(args),
-                               .cpu_experts = cpu_experts(args)});
-  if (!decoder) return 1;
+  auto session = open_session("run", *model);
+  if (!session) return 1;
   tokenizer::StreamDecoder dec(*tok);
   std::vector<int32_t> history;
   engine::GenerateHooks hooks;
@@ -68,7 +66,7 @@ int cmd_run(int argc, char** argv) {
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
     std::fflush(stdout);
   };
-  auto st = engine::generate(*decoder, ids, *go, hooks, history);
+  auto st = engine::generate(*session, ids, *go, hooks, history);
   const std::string rest = dec.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fflush(stdout);
@@ -77,8 +75,8 @@ int cmd_run(int argc, char** argv) {
     return 1;
   }
   if (st->context_full && !quiet)
-    std::fprintf(stderr, "\ndiskformer run: stopped, the context of %u is full\n", decoder->n_ctx());
-  std::fprintf(stderr, "\ndiskformer run: %s, %s\n", backend_stats(*decoder).c_str(), stats_line(*model, *st).c_str());
+    std::fprintf(stderr, "\ndiskformer run: stopped, the context of %u is full\n", session->n_ctx());
+  std::fprintf(stderr, "\ndiskformer run: %s, %s\n", backend_stats(*model, *session).c_str(), stats_line(*model, *st).c_str());
   return 0;
 }
 

@@ -12,24 +12,24 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-Result<GenerateStats> generate(Decoder& decoder, std::span<const int32_t> prompt, const GenerateOptions& o,
+Result<GenerateStats> generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& o,
                                const GenerateHooks& hooks, std::vector<int32_t>& history) {
   GenerateStats st;
   if (prompt.empty()) return Error{"the prompt has no tokens"};
-  if (decoder.n_past() + prompt.size() > decoder.n_ctx())
+  if (session.n_past() + prompt.size() > session.n_ctx())
     return Error{"context overflow: the prompt has " + std::to_string(prompt.size()) + " tokens after " +
-                 std::to_string(decoder.n_past()) + " cached positions, the context size is " +
-                 std::to_string(decoder.n_ctx()) + " (-c)"};
+                 std::to_string(session.n_past()) + " cached positions, the context size is " +
+                 std::to_string(session.n_ctx()) + " (-c)"};
   auto t0 = std::chrono::steady_clock::now();
-  DF_TRY(decoder.eval(prompt));
+  DF_TRY(session.eval(prompt));
   st.prompt_tokens = int64_t(prompt.size());
   st.prompt_seconds = seconds_since(t0);
   history.insert(history.end(), prompt.begin(), prompt.end());
 
-  Sampler sampler(o.sampling);
+  sampling::Sampler sampler(o.sampling);
   t0 = std::chrono::steady_clock::now();
   for (int32_t i = 0; o.n_predict < 0 || i < o.n_predict; ++i) {
-    const int32_t id = decoder.next_token(sampler, history);
+    const int32_t id = session.next_token(sampler, history);
     ++st.gen_tokens;
     history.push_back(id);
     if (!o.ignore_eos && hooks.is_eog && hooks.is_eog(id)) {
@@ -38,21 +38,15 @@ Result<GenerateStats> generate(Decoder& decoder, std::span<const int32_t> prompt
     }
     if (hooks.on_token) hooks.on_token(id);
     if (o.n_predict >= 0 && i + 1 == o.n_predict) break;
-    if (decoder.n_past() >= decoder.n_ctx()) {
+    if (session.n_past() >= session.n_ctx()) {
       st.context_full = true;
       break;
     }
-    DF_TRY(decoder.eval(std::span<const int32_t>(&id, 1)));
+    DF_TRY(session.eval(std::span<const int32_t>(&id, 1)));
     ++st.decode_evals;
   }
   st.gen_seconds = seconds_since(t0);
   return st;
-}
-
-Result<GenerateStats> generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& o,
-                               const GenerateHooks& hooks, std::vector<int32_t>& history) {
-  CpuDecoder d(session);
-  return generate(static_cast<Decoder&>(d), prompt, o, hooks, history);
 }
 
 uint64_t peak_rss_bytes() {

@@ -2,39 +2,96 @@
 
 #include <algorithm>
 
+#include "diskformer/cache/host_tier.h"
+#include "diskformer/engine/tensor_reader.h"
+#include "engine/sequence.h"
+
 namespace df::engine {
+
+const char* backend_name(Backend b) { return b == Backend::kCuda ? "cuda" : "cpu"; }
+
+Model::~Model() = default;
 
 Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelOptions& o) {
   std::unique_ptr<Model> m(new Model());
-  DF_ASSIGN(m->file_, gguf::read_file(path));
-  DF_ASSIGN(m->spec_, model::spec_from_gguf(m->file_));
-  DF_ASSIGN(m->tensors_, model::bind_tensors(m->file_, m->spec_));
-  m->n_ctx_ = o.n_ctx ? o.n_ctx : std::min<uint32_t>(m->spec_.n_ctx_train ? m->spec_.n_ctx_train : 4096, 4096);
-  uint64_t tensor_bytes = 0;
-  for (const auto& t : m->file_.tensors) tensor_bytes += t.n_bytes;
-  DF_ASSIGN(WeightPlan plan, plan_weights(m->spec_, m->tensors_, tensor_bytes, m->n_ctx_, o.ram_budget));
-  DF_ASSIGN(m->weights_, DiskWeights::open(m->file_, m->spec_, m->tensors_, plan, o.host_allocator));
+  m->options_ = o;
+  DF_ASSIGN(m->files_, open_model_files(path));
+  const model::ModelSpec& spec = m->files_->spec;
+  m->n_ctx_ = o.n_ctx ? o.n_ctx : std::min<uint32_t>(spec.n_ctx_train ? spec.n_ctx_train : 4096, 4096);
+  DF_ASSIGN(m->plan_, plan_weights(*m->files_, m->n_ctx_, o.ram_budget));
   m->pool_ = std::make_unique<cpu::ThreadPool>(o.threads > 0 ? o.threads : cpu::default_thread_count());
   m->ctx_.pool = m->pool_.get();
   if (o.kernels) m->ctx_.kernels = o.kernels;
+
+  // The RAM tier: on the CPU every streamed record; on CUDA the experts the GPU streams (none where it holds them
+  // all), in pinned memory.
+  bool ram_tier = m->plan_.slots > 0;
+  io::HostAllocator* allocator = nullptr;
+  if (o.backend == Backend::kCuda) {
+    DF_ASSIGN(const bool streams, cuda_streams_experts(*m->files_, m->n_ctx_, o.gpu));
+    ram_tier = ram_tier && streams;
+    allocator = cuda_host_allocator();
+  }
+  if (ram_tier) DF_TRY(m->open_ram_tier(allocator));
+  DF_ASSIGN(std::unique_ptr<TensorReader> reader, TensorReader::open(m->files_->records));
+  if (o.backend == Backend::kCuda) {
+    DF_ASSIGN(m->backend_, open_cuda_backend(*m, *reader));
+  } else {
+    DF_ASSIGN(m->backend_, open_cpu_backend(*m, *reader));
+  }
   return m;
 }
 
-Session::Session(Model& model)
-    : model_(model), kv_(model.spec(), model.n_ctx()), forward_(model.spec(), model.weights(), model.context()) {}
-
-Status Session::eval(std::span<const int32_t> tokens, uint32_t n_batch) {
-  if (n_batch == 0) n_batch = 1;
-  for (size_t i = 0; i < tokens.size(); i += n_batch)
-    DF_TRY(forward_.run(tokens.subspan(i, std::min<size_t>(n_batch, tokens.size() - i)), kv_));
+Status Model::open_ram_tier(io::HostAllocator* allocator) {
+  const ModelFiles& f = *files_;
+  const bool experts = f.spec.moe();
+  DF_ASSIGN(auto reader, io::Reader::create({}));
+  DF_ASSIGN(const io::FileId fid, reader->open(f.records.path()));
+  const store::RecordKind kind = experts ? store::RecordKind::kExpert : store::RecordKind::kLayer;
+  const uint32_t n_index = experts ? f.spec.n_expert : 1;
+  std::vector<store::RecordPart> parts;
+  cache::Locator locate = [&f, fid, kind, n_index, parts](cache::Key key,
+                                                           std::vector<cache::Extent>& out) mutable -> Status {
+    DF_TRY(f.records.parts({kind, uint32_t(key / n_index), uint32_t(key % n_index)}, parts));
+    for (const store::RecordPart& p : parts)
+      out.push_back({.file = fid, .offset = p.file_offset, .length = p.length, .slot_offset = p.slot_offset});
+    return Status{};
+  };
+  // Reads ahead: the next layer for dense layers; for experts the next layer's guessed top-k for a token or two
+  // (the browser original's look-ahead of one layer), a quarter of the slots at most so that they never hold the
+  // slots a layer's own experts need.
+  const uint32_t max_prefetch =
+      experts ? std::max<uint32_t>(1, std::min(2 * f.spec.n_expert_used, plan_.slots / 4)) : 1;
+  DF_ASSIGN(std::unique_ptr<cache::HostTier> tier,
+            cache::HostTier::create(std::move(reader), std::move(locate),
+                                    {.n_layers = f.spec.n_layer, .n_index = n_index, .slots = plan_.slots,
+                                     .slot_bytes = plan_.record_bytes, .resident = plan_.records_resident(),
+                                     .max_prefetch = max_prefetch, .allocator = allocator}));
+  ram_tier_initial_bytes_ = tier->bytes_read_at_creation();
+  ram_tier_ = std::move(tier);
   return {};
 }
 
-std::span<const float> Session::logits() const {
-  const auto& l = forward_.logits();
-  return std::span<const float>(l.data(), std::min<size_t>(l.size(), model_.spec().n_vocab));
+std::string Model::describe() const {
+  std::string s = "RAM " + plan_.describe();
+  const std::string b = backend_->describe();
+  return b.empty() ? s : s + "; " + b;
 }
 
-void Session::truncate(uint32_t n_keep) { kv_.n_past = std::min(kv_.n_past, n_keep); }
+ModelStats Model::stats() {
+  ModelStats s;
+  s.resident_bytes_read = backend_->bytes_read_at_open() + ram_tier_initial_bytes_;
+  if (ram_tier_ && !ram_tier_->resident()) {
+    s.ram = ram_tier_->stats();
+    s.streamed_bytes_read = s.ram->cache.bytes_loaded;
+  }
+  backend_->add_stats(s);
+  return s;
+}
+
+void Model::reset_stats() {
+  if (ram_tier_) ram_tier_->reset_stats();
+  backend_->reset_stats();
+}
 
 }  // namespace df::engine

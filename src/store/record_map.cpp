@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "diskformer/model/breakdown.h"
+#include "diskformer/gguf/breakdown.h"
 #include "diskformer/util/check.h"
 
 namespace df::store {
@@ -45,13 +45,13 @@ Result<RecordMap> RecordMap::build(const gguf::File& f) {
   std::map<uint32_t, ExpertLayerRecords> experts;
   std::map<uint32_t, LayerRecord> layers;
   for (const auto& t : f.tensors) {
-    int layer = model::layer_of(t.name);
+    int layer = gguf::layer_of(t.name);
     if (layer < 0) {
       m.globals_.push_back({t.name, {t.offset, t.n_bytes}});
       continue;
     }
     auto L = static_cast<uint32_t>(layer);
-    if (model::categorize(t.name) != model::TensorCategory::RoutedExperts) {
+    if (gguf::categorize(t.name) != gguf::TensorCategory::RoutedExperts) {
       auto& lr = layers[L];
       lr.layer = L;
       lr.tensors.push_back({t.name, 0, t.n_bytes, t.offset});

@@ -12,6 +12,7 @@
 #include "diskformer/convert/quantize.h"
 #include "diskformer/convert/raw_model.h"
 #include "diskformer/engine/model.h"
+#include "support/sessions.h"
 #include "diskformer/gguf/reader.h"
 #include "support/test_paths.h"
 
@@ -142,7 +143,7 @@ TEST(ConvertRaw, RoundTripQ8_0) {
   // The engine accepts the file: every key and tensor llama.cpp's qwen3moe loader needs is there.
   auto model = engine::Model::open(out, {.threads = 1});
   ASSERT_TRUE(model.ok()) << model.error().message;
-  engine::Session s(**model);
+  engine::Session s = test::new_session(**model);
   const std::vector<int32_t> prompt{1, 512, 278, 6763};
   ASSERT_TRUE(s.eval(prompt).ok());
   ASSERT_EQ(s.logits().size(), kVocab);

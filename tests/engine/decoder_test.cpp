@@ -7,17 +7,18 @@
 #include <algorithm>
 #include <random>
 
-#include "diskformer/engine/decoder.h"
+#include "diskformer/engine/session.h"
 #include "diskformer/engine/generate.h"
 #include "model/gold.h"
 #include "support/cli_run.h"
+#include "support/sessions.h"
 #include "support/test_paths.h"
 
 namespace df::test {
 namespace {
 
 // The repeat-penalized top-k of the logits as (value, id), in a scrambled order: what a device hands back.
-std::vector<std::pair<float, int32_t>> top_k_of(const std::vector<float>& logits, const engine::SamplingParams& p,
+std::vector<std::pair<float, int32_t>> top_k_of(const std::vector<float>& logits, const sampling::SamplingParams& p,
                                                 const std::vector<int32_t>& history, std::mt19937& rng) {
   std::vector<std::pair<float, int32_t>> c;
   for (size_t i = 0; i < logits.size(); ++i) c.push_back({logits[i], int32_t(i)});
@@ -40,7 +41,7 @@ std::vector<std::pair<float, int32_t>> top_k_of(const std::vector<float>& logits
 
 TEST(SampleTopK, DrawsWhatSampleDrawsFromTheFullLogits) {
   std::mt19937 rng(5);
-  const engine::SamplingParams settings[] = {
+  const sampling::SamplingParams settings[] = {
       {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 1},
       {.temp = 1.5f, .top_k = 7, .top_p = 1.0f, .min_p = 0.0f, .repeat_penalty = 1.3f, .seed = 2},
       {.temp = 0.3f, .top_k = 200, .top_p = 0.5f, .min_p = 0.1f, .repeat_penalty = 0.7f, .repeat_last_n = -1,
@@ -54,7 +55,7 @@ TEST(SampleTopK, DrawsWhatSampleDrawsFromTheFullLogits) {
     std::uniform_int_distribution<int> q(-40, 40);
     for (auto& l : logits) l = float(q(rng)) * 0.25f;
     logits[10] = -0.0f, logits[11] = 0.0f;
-    engine::Sampler full(p), cut(p);
+    sampling::Sampler full(p), cut(p);
     std::vector<int32_t> history = {10, 11, 5, 5, 2999};
     int differ = 0;
     for (int step = 0; step < 200; ++step) {
@@ -67,23 +68,32 @@ TEST(SampleTopK, DrawsWhatSampleDrawsFromTheFullLogits) {
   }
 }
 
-TEST(CpuDecoder, GeneratesWhatTheSessionGenerates) {
+// generate() through a session draws what the sampler draws from the session's logits, step by step.
+TEST(CpuSession, GeneratesWhatTheSamplerDrawsFromItsLogits) {
   DF_REQUIRE_SHARED(path, "models/qwen3moe-q4_0.gguf");
   auto m = engine::Model::open(path.string(), {.n_ctx = 128, .threads = 2});
   ASSERT_TRUE(m.ok()) << m.error().message;
   const std::vector<int32_t> prompt = {1, 450, 4996, 17354, 1701};
   engine::GenerateOptions o{.n_predict = 12, .ignore_eos = true};
   o.sampling = {.temp = 0.9f, .repeat_penalty = 1.2f, .seed = 77};
-  engine::Session s(**m);
-  engine::CpuDecoder d(**m);
-  std::vector<int32_t> ha, hb;
+  engine::Session s = new_session(**m);
+  std::vector<int32_t> ha;
   ASSERT_TRUE(engine::generate(s, prompt, o, {}, ha).ok());
-  ASSERT_TRUE(engine::generate(d, prompt, o, {}, hb).ok());
+  // By hand: the same sampler over the logits of each step.
+  engine::Session t = new_session(**m);
+  sampling::Sampler sampler(o.sampling);
+  std::vector<int32_t> hb(prompt);
+  ASSERT_TRUE(t.eval(prompt).ok());
+  for (int i = 0; i < o.n_predict; ++i) {
+    const int32_t id = sampler.sample(t.logits(), hb);
+    hb.push_back(id);
+    if (i + 1 < o.n_predict) ASSERT_TRUE(t.eval(std::span<const int32_t>(&id, 1)).ok());
+  }
   EXPECT_EQ(ha, hb);
-  EXPECT_EQ(d.n_past(), s.n_past());
-  EXPECT_EQ(d.stats().backend, "cpu");
-  d.truncate(3);
-  EXPECT_EQ(d.n_past(), 3u);
+  EXPECT_EQ(t.n_past(), s.n_past());
+  EXPECT_EQ(s.stats().backend, "cpu");
+  s.truncate(3);
+  EXPECT_EQ(s.n_past(), 3u);
 }
 
 TEST(RunBackend, CpuPrintsLlamaCppsCompletion) {

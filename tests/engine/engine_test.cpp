@@ -4,9 +4,10 @@
 
 #include "diskformer/engine/generate.h"
 #include "diskformer/engine/model.h"
-#include "diskformer/engine/sampler.h"
+#include "diskformer/sampling/sampler.h"
 #include "engine/tiny_model.h"
 #include "model/gold.h"
+#include "support/sessions.h"
 #include "support/test_paths.h"
 
 namespace df::test {
@@ -15,11 +16,11 @@ namespace {
 using engine::Model;
 using engine::Session;
 
-std::vector<int32_t> greedy_ids(Session& s, const std::vector<int32_t>& prompt, int n, uint32_t n_batch = 512) {
+std::vector<int32_t> greedy_ids(Session& s, const std::vector<int32_t>& prompt, int n) {
   std::vector<int32_t> out;
-  EXPECT_TRUE(s.eval(prompt, n_batch).ok());
+  EXPECT_TRUE(s.eval(prompt).ok());
   for (int i = 0; i < n; ++i) {
-    const int32_t id = engine::argmax(s.logits());
+    const int32_t id = sampling::argmax(s.logits());
     out.push_back(id);
     auto st = s.eval(std::span<const int32_t>(&id, 1));
     EXPECT_TRUE(st.ok()) << st.error().message;
@@ -34,12 +35,14 @@ class SharedModels : public ::testing::TestWithParam<const char*> {};
 TEST_P(SharedModels, BatchedPrefillEqualsTokenByToken) {
   DF_REQUIRE_SHARED(path, std::string("models/") + GetParam() + ".gguf");
   auto m = Model::open(path.string(), {.n_ctx = 256, .threads = 2});
-  ASSERT_TRUE(m.ok()) << m.error().message;
+  auto m1 = Model::open(path.string(), {.n_ctx = 256, .threads = 2, .n_batch = 1});
+  auto m5 = Model::open(path.string(), {.n_ctx = 256, .threads = 2, .n_batch = 5});
+  ASSERT_TRUE(m.ok() && m1.ok() && m5.ok()) << m.error().message;
   const std::vector<int32_t> prompt = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203};
-  Session batched(**m), single(**m), chunks(**m);
+  Session batched = new_session(**m), single = new_session(**m1), chunks = new_session(**m5);
   ASSERT_TRUE(batched.eval(prompt).ok());
-  ASSERT_TRUE(single.eval(prompt, 1).ok());
-  ASSERT_TRUE(chunks.eval(prompt, 5).ok());
+  ASSERT_TRUE(single.eval(prompt).ok());
+  ASSERT_TRUE(chunks.eval(prompt).ok());
   EXPECT_EQ(logits_of(batched), logits_of(single));
   EXPECT_EQ(logits_of(batched), logits_of(chunks));
 }
@@ -52,7 +55,7 @@ TEST_P(SharedModels, KvCacheReuseEqualsRecomputation) {
   const std::vector<int32_t> b = {432, 17204, 975, 278};
   std::vector<int32_t> ab = a;
   ab.insert(ab.end(), b.begin(), b.end());
-  Session fresh(**m), reused(**m);
+  Session fresh = new_session(**m), reused = new_session(**m);
   ASSERT_TRUE(fresh.eval(ab).ok());
   // Fill the session with a different continuation, then cut back to the shared prefix and continue.
   ASSERT_TRUE(reused.eval(a).ok());
@@ -81,30 +84,31 @@ TEST_P(Budget, QuarterOfTheModelGivesIdenticalOutput) {
   ASSERT_TRUE(written.ok()) << written.error().message;
   auto full = Model::open(path, {.n_ctx = 128, .threads = 2});
   ASSERT_TRUE(full.ok()) << full.error().message;
-  const uint64_t quarter = (*full)->weights().plan().model_bytes / 4;
+  const uint64_t quarter = (*full)->plan().model_bytes / 4;
   auto small = Model::open(path, {.n_ctx = 128, .threads = 2, .ram_budget = quarter});
   ASSERT_TRUE(small.ok()) << small.error().message;
-  const auto& plan = (*small)->weights().plan();
+  const auto& plan = (*small)->plan();
   EXPECT_LE(plan.weight_bytes(), quarter);
   EXPECT_GT(plan.slots, 0u);
   const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 8, 9, 10, 11, 200, 31, 64};
-  Session a(**full), b(**small);
+  Session a = new_session(**full), b = new_session(**small);
   const auto ids_full = greedy_ids(a, prompt, 24);
   const auto ids_small = greedy_ids(b, prompt, 24);
   EXPECT_EQ(ids_full, ids_small);
   EXPECT_EQ(logits_of(a), logits_of(b));
-  const auto st = (*small)->weights().stats();
-  EXPECT_GT(st.cache.misses, 0u);
+  const auto st = (*small)->stats();
+  ASSERT_TRUE(st.ram.has_value());
+  EXPECT_GT(st.ram->cache.misses, 0u);
   EXPECT_GT(st.streamed_bytes_read, 0u);
   // Streaming re-reads what does not fit: more bytes come from disk than the resident part alone.
   EXPECT_GT(st.bytes_from_disk(), plan.resident_bytes);
 
   // The smallest budget the plan accepts runs too, with the same output.
-  const uint64_t least = plan.resident_bytes + uint64_t(plan.min_slots) * plan.record_bytes;
+  const uint64_t least = plan.resident_bytes + uint64_t(plan.min_slots) * plan.slot_bytes;
   auto tight = Model::open(path, {.n_ctx = 128, .threads = 2, .ram_budget = least});
   ASSERT_TRUE(tight.ok()) << tight.error().message;
-  EXPECT_EQ((*tight)->weights().plan().slots, plan.min_slots);
-  Session c(**tight);
+  EXPECT_EQ((*tight)->plan().slots, plan.min_slots);
+  Session c = new_session(**tight);
   EXPECT_EQ(greedy_ids(c, prompt, 24), ids_full);
   EXPECT_FALSE(Model::open(path, {.n_ctx = 128, .threads = 2, .ram_budget = least - 1}).ok());
 }
@@ -184,7 +188,7 @@ TEST(BadInput, ContextOverflowIsAnError) {
   ASSERT_TRUE(write_tiny_model(path, moe_model()).ok());
   auto m = Model::open(path, {.n_ctx = 8, .threads = 1});
   ASSERT_TRUE(m.ok()) << m.error().message;
-  Session s(**m);
+  Session s = new_session(**m);
   ASSERT_TRUE(s.eval(std::vector<int32_t>{1, 2, 3, 4, 5, 6}).ok());
   auto st = s.eval(std::vector<int32_t>{7, 8, 9});
   ASSERT_FALSE(st.ok());
@@ -204,8 +208,8 @@ TEST(BadInput, TiedOutputFallsBackToTokenEmbeddings) {
   ASSERT_TRUE(write_tiny_model(path, m).ok());
   auto model = Model::open(path, {.n_ctx = 32, .threads = 1});
   ASSERT_TRUE(model.ok()) << model.error().message;
-  EXPECT_EQ((*model)->tensors().output, (*model)->tensors().token_embd);
-  Session s(**model);
+  EXPECT_EQ((*model)->files().tensors.output, (*model)->files().tensors.token_embd);
+  Session s = new_session(**model);
   ASSERT_TRUE(s.eval(std::vector<int32_t>{1, 2, 3}).ok());
   EXPECT_EQ(s.logits().size(), 256u);
 }

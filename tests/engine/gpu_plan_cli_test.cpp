@@ -7,7 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "diskformer/engine/gpu_plan.h"
+#include "diskformer/backend/cuda/plan.h"
+#include "diskformer/engine/model_files.h"
 #include "diskformer/gguf/reader.h"
 #include "support/cli_run.h"
 #include "support/test_paths.h"
@@ -22,24 +23,26 @@ CliRun inspect(const std::string& args, bool with_stderr = false) {
   return r;
 }
 
-engine::GpuPlan library_plan(const std::filesystem::path& path, std::optional<uint64_t> budget, uint32_t n_ctx) {
-  auto f = gguf::read_file(path.string());
-  EXPECT_TRUE(f.ok());
-  auto spec = model::spec_from_gguf(*f);
-  EXPECT_TRUE(spec.ok());
-  auto t = model::bind_tensors(*f, *spec);
-  EXPECT_TRUE(t.ok());
-  auto p = engine::plan_gpu(*spec, *t, {.budget = budget, .n_ctx = n_ctx});
+cuda::GpuPlan library_plan(const std::filesystem::path& path, std::optional<uint64_t> budget, uint32_t n_ctx) {
+  auto m = engine::open_model_files(path.string());
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  auto p = cuda::plan_gpu((*m)->spec, (*m)->tensors, (*m)->layouts, {.budget = budget, .n_ctx = n_ctx});
   EXPECT_TRUE(p.ok()) << p.error().message;
   return *p;
 }
 
 // A budget for the resident part at -c 1024 and 40 of the 64 expert records.
 uint64_t budget_for_40_slots(const std::filesystem::path& model) {
-  const engine::GpuPlan all = library_plan(model, std::nullopt, 1024);
+  const cuda::GpuPlan all = library_plan(model, std::nullopt, 1024);
   // Streaming keeps the token embeddings in host RAM where the head is not tied to them (output counted apart).
   const uint64_t host_embd = all.resident.output ? all.resident.token_embd : 0;
-  return all.resident.total() - host_embd + 40 * all.record_bytes + all.record_bytes / 2;
+  // A streaming session adds buffers for its expert groups.
+  auto m = engine::open_model_files(model.string());
+  EXPECT_TRUE(m.ok());
+  const uint64_t extra =
+      cuda::session_buffers((*m)->spec, {.n_ctx = 1024, .streams_experts = true}).total() -
+      cuda::session_buffers((*m)->spec, {.n_ctx = 1024}).total();
+  return all.resident.total() - host_embd + extra + 40 * all.record_bytes + all.record_bytes / 2;
 }
 
 TEST(InspectGpuBudget, JsonIsTheLibrarysPlan) {
@@ -49,8 +52,8 @@ TEST(InspectGpuBudget, JsonIsTheLibrarysPlan) {
   const CliRun r = inspect("-m " + model.string() + b + " -c 1024 --json");
   ASSERT_EQ(r.status, 0);
   const auto j = nlohmann::json::parse(r.out);
-  const engine::GpuPlan p = library_plan(model, budget, 1024);
-  EXPECT_EQ(p.mode, engine::Residency::kStreamExperts);
+  const cuda::GpuPlan p = library_plan(model, budget, 1024);
+  EXPECT_TRUE(p.stream_experts);
   EXPECT_EQ(p.slots, 40u);
   EXPECT_EQ(j["mode"], "experts streamed");
   EXPECT_EQ(j["budget"].get<uint64_t>(), budget);
@@ -71,7 +74,7 @@ TEST(InspectGpuBudget, TableNamesItemsAndSlots) {
   const uint64_t budget = budget_for_40_slots(model);
   const CliRun r = inspect("-m " + model.string() + " --gpu-budget " + std::to_string(budget) + " -c 1024");
   ASSERT_EQ(r.status, 0);
-  const engine::GpuPlan p = library_plan(model, budget, 1024);
+  const cuda::GpuPlan p = library_plan(model, budget, 1024);
   for (const std::string& part :
        {std::string("experts streamed"), std::string("KV cache"), std::to_string(p.resident.kv_cache),
         std::to_string(p.record_bytes), std::to_string(p.resident.total()), std::string("40  62.5% of 64 experts"),

@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "diskformer/engine/gpu_plan.h"
+#include "diskformer/backend/cuda/plan.h"
+#include "diskformer/model/records.h"
+#include "diskformer/store/record.h"
 #include "diskformer/gguf/reader.h"
 #include "diskformer/util/size.h"
 #include "support/test_paths.h"
@@ -14,8 +16,7 @@
 namespace df::test {
 namespace {
 
-using engine::GpuPlan;
-using engine::Residency;
+using cuda::GpuPlan;
 using gguf::GgmlType;
 
 constexpr uint64_t kMiB = 1ull << 20;
@@ -79,6 +80,7 @@ struct Bound {
   gguf::File file;
   model::ModelSpec spec;
   model::ModelTensors tensors;
+  model::RecordLayouts layouts;
 };
 
 // The tensor bindings point into `file`: the caller keeps the Bound where it is.
@@ -89,6 +91,11 @@ void bind(Bound& b) {
   auto t = model::bind_tensors(b.file, b.spec);
   ASSERT_TRUE(t.ok()) << t.error().message;
   b.tensors = *t;
+  auto map = store::RecordMap::in_place(b.file);
+  ASSERT_TRUE(map.ok()) << map.error().message;
+  auto l = model::record_layouts(b.spec, b.tensors, *map);
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  b.layouts = *l;
 }
 
 void bind_shared(Bound& b, const std::filesystem::path& path) {
@@ -98,10 +105,16 @@ void bind_shared(Bound& b, const std::filesystem::path& path) {
   bind(b);
 }
 
-GpuPlan plan_ok(const Bound& b, engine::GpuPlanOptions o) {
-  auto p = engine::plan_gpu(b.spec, b.tensors, o);
+GpuPlan plan_ok(const Bound& b, cuda::GpuPlanOptions o) {
+  auto p = cuda::plan_gpu(b.spec, b.tensors, b.layouts, o);
   EXPECT_TRUE(p.ok()) << p.error().message;
   return p.ok() ? *p : GpuPlan{};
+}
+
+// The buffers a streaming session adds for its expert groups (buffers.h), over a resident one's.
+uint64_t streaming_extra(const Bound& b, uint32_t n_ctx, uint32_t max_batch = 512) {
+  return cuda::session_buffers(b.spec, {.n_ctx = n_ctx, .max_batch = max_batch, .streams_experts = true}).total() -
+         cuda::session_buffers(b.spec, {.n_ctx = n_ctx, .max_batch = max_batch}).total();
 }
 
 // Q4_0: 18 bytes per 32 values.
@@ -112,7 +125,7 @@ TEST(GpuPlan, Qwen30BShapeItemsAsTheGpuStoresThem) {
   Bound b{qwen3_30b_header()};
   ASSERT_NO_FATAL_FAILURE(bind(b));
   const GpuPlan p = plan_ok(b, {.n_ctx = 1024, .max_batch = 512});
-  const engine::GpuResident& r = p.resident;
+  const cuda::GpuResident& r = p.resident;
   EXPECT_EQ(r.context, 512 * kMiB);
   EXPECT_EQ(r.token_embd, q4(151936, 2048));
   EXPECT_EQ(r.output, q4(151936, 2048));
@@ -121,7 +134,7 @@ TEST(GpuPlan, Qwen30BShapeItemsAsTheGpuStoresThem) {
   EXPECT_EQ(r.routers, 48ull * 128 * 2048 * 4);
   EXPECT_EQ(r.dense_ffn, 0u);
   EXPECT_EQ(r.kv_cache, 48ull * 1024 * (512 + 512) * 2);
-  // GpuSession::allocate()'s buffers for B = 512 tokens, K = 8 experts each, E = 2048, widest FFN 6144.
+  // A session's buffers for B = 512 tokens, K = 8 experts each, E = 2048, widest FFN 6144.
   const uint64_t B = 512, K = 8, E = 2048;
   const uint64_t work = 1024 * 64 * 2 * 4              // RoPE table: 1024 positions x 64 (cos, sin)
                         + 2 * B * 4                    // token ids, positions
@@ -137,8 +150,8 @@ TEST(GpuPlan, Qwen30BShapeItemsAsTheGpuStoresThem) {
                         + (6144 / 32 + 1) * 34 * B * K  // Q8_0 activations of the widest input
                         + 151936 * 4 + 4;              // logits, argmax
   EXPECT_EQ(r.work, work);
-  EXPECT_EQ(engine::gpu_session_bytes(b.spec, 1024, 512), work + r.kv_cache);
-  EXPECT_EQ(r.margin, engine::kGpuMarginBytes);
+  EXPECT_EQ(cuda::session_buffers(b.spec, {.n_ctx = 1024, .max_batch = 512}).total(), work + r.kv_cache);
+  EXPECT_EQ(r.margin, cuda::kGpuMarginBytes);
   EXPECT_EQ(r.total(), r.context + r.token_embd + r.output + r.attention + r.norms + r.routers + r.kv_cache + r.work +
                            r.margin);
   // One record: gate, up, down of one expert, 2.65 MB as DESIGN.md measures it.
@@ -148,7 +161,7 @@ TEST(GpuPlan, Qwen30BShapeItemsAsTheGpuStoresThem) {
   EXPECT_EQ(p.min_slots, 16u);
 
   // No budget: every expert resident, the pool exactly the expert tensors of the file.
-  EXPECT_EQ(p.mode, Residency::kAllResident);
+  EXPECT_FALSE(p.stream_experts);
   EXPECT_FALSE(p.budget);
   EXPECT_EQ(p.slots, p.n_records);
   EXPECT_EQ(p.pool_bytes(), 48 * 3 * 128 * q4(768, 2048));
@@ -174,7 +187,7 @@ TEST(GpuPlan, Qwen30BShapeSlotsGrowWithTheBudget) {
     const uint64_t budget = *parse_size(text);
     const GpuPlan p = plan_ok(b, {.budget = budget, .n_ctx = 1024, .max_batch = 512});
     SCOPED_TRACE(text);
-    EXPECT_EQ(p.mode, Residency::kStreamExperts);
+    EXPECT_TRUE(p.stream_experts);
     EXPECT_GT(p.slots, last);
     EXPECT_GE(p.slots, p.min_slots);
     EXPECT_LT(p.slots, p.n_records);
@@ -199,15 +212,16 @@ TEST(GpuPlan, TooSmallBudgetIsRefusedWithTheNumbers) {
   ASSERT_NO_FATAL_FAILURE(bind(b));
   const GpuPlan all = plan_ok(b, {.n_ctx = 1024});
   // Streaming leaves the token embeddings in host RAM (the head is not tied to them).
-  const uint64_t need = all.resident.total() - all.resident.token_embd + 16 * all.record_bytes;
+  const uint64_t need =
+      all.resident.total() - all.resident.token_embd + streaming_extra(b, 1024) + 16 * all.record_bytes;
   const GpuPlan tight = plan_ok(b, {.budget = need, .n_ctx = 1024});
-  EXPECT_EQ(tight.mode, Residency::kStreamExperts);
+  EXPECT_TRUE(tight.stream_experts);
   EXPECT_EQ(tight.slots, 16u);
   EXPECT_EQ(tight.total_bytes(), need);
   EXPECT_TRUE(tight.token_embd_on_host);
   EXPECT_EQ(tight.resident.token_embd, 0u);
 
-  auto refused = engine::plan_gpu(b.spec, b.tensors, {.budget = need - 1, .n_ctx = 1024});
+  auto refused = cuda::plan_gpu(b.spec, b.tensors, b.layouts, {.budget = need - 1, .n_ctx = 1024});
   ASSERT_FALSE(refused.ok());
   const std::string& m = refused.error().message;
   for (const std::string& part : {std::to_string(need - 1) + " bytes", std::to_string(need) + " bytes",
@@ -215,7 +229,7 @@ TEST(GpuPlan, TooSmallBudgetIsRefusedWithTheNumbers) {
                                   "KV cache " + format_size(all.resident.kv_cache) + " at 1024 positions",
                                   std::string("token embeddings in pinned host RAM"), std::string("CUDA context")})
     EXPECT_NE(m.find(part), std::string::npos) << "missing '" << part << "' in: " << m;
-  EXPECT_FALSE(engine::plan_gpu(b.spec, b.tensors, {.budget = 1 * kMiB}).ok());
+  EXPECT_FALSE(cuda::plan_gpu(b.spec, b.tensors, b.layouts, {.budget = 1 * kMiB}).ok());
 }
 
 // Enough for every expert: all resident, no pool beyond the model's experts. One byte less streams: the token
@@ -225,17 +239,17 @@ TEST(GpuPlan, EveryExpertFitsMeansAllResident) {
   ASSERT_NO_FATAL_FAILURE(bind(b));
   const GpuPlan all = plan_ok(b, {.n_ctx = 1024});
   const GpuPlan at = plan_ok(b, {.budget = all.total_bytes(), .n_ctx = 1024});
-  EXPECT_EQ(at.mode, Residency::kAllResident);
+  EXPECT_FALSE(at.stream_experts);
   EXPECT_EQ(at.slots, at.n_records);
   const GpuPlan huge = plan_ok(b, {.budget = 1ull << 40, .n_ctx = 1024});
-  EXPECT_EQ(huge.mode, Residency::kAllResident);
+  EXPECT_FALSE(huge.stream_experts);
   EXPECT_EQ(huge.slots, huge.n_records);
   EXPECT_EQ(huge.total_bytes(), all.total_bytes());
   const GpuPlan under = plan_ok(b, {.budget = all.total_bytes() - 1, .n_ctx = 1024});
-  EXPECT_EQ(under.mode, Residency::kStreamExperts);
+  EXPECT_TRUE(under.stream_experts);
   EXPECT_TRUE(under.token_embd_on_host);
   EXPECT_EQ(under.slots, under.n_records);
-  const uint64_t no_embd = all.total_bytes() - all.resident.token_embd;
+  const uint64_t no_embd = all.total_bytes() - all.resident.token_embd + streaming_extra(b, 1024);
   const GpuPlan fewer = plan_ok(b, {.budget = no_embd - 1, .n_ctx = 1024});
   EXPECT_EQ(fewer.slots, fewer.n_records - 1);
 }
@@ -272,18 +286,18 @@ TEST(GpuPlan, SharedMoeModels) {
 
     // Streaming keeps an untied model's token embeddings in host RAM.
     const bool tied = b.tensors.output == b.tensors.token_embd;
-    const uint64_t base = all.resident.total() - (tied ? 0 : all.resident.token_embd);
+    const uint64_t base = all.resident.total() - (tied ? 0 : all.resident.token_embd) + streaming_extra(b, 512);
     uint32_t last = 0;
     for (uint32_t want : {all.min_slots, all.min_slots + 3, all.n_records / 2, all.n_records - 1}) {
       const uint64_t budget = base + uint64_t(want) * all.record_bytes + all.record_bytes / 2;
       const GpuPlan p = plan_ok(b, {.budget = budget, .n_ctx = 512, .context_bytes = 0});
       EXPECT_EQ(p.slots, want);
       EXPECT_GT(p.slots, last);
-      EXPECT_EQ(p.mode, Residency::kStreamExperts);
+      EXPECT_TRUE(p.stream_experts);
       EXPECT_EQ(p.token_embd_on_host, !tied);
       last = p.slots;
     }
-    EXPECT_FALSE(engine::plan_gpu(b.spec, b.tensors,
+    EXPECT_FALSE(cuda::plan_gpu(b.spec, b.tensors, b.layouts,
                                   {.budget = base + all.min_slots * all.record_bytes - 1,
                                    .n_ctx = 512, .context_bytes = 0})
                      .ok());
@@ -298,14 +312,14 @@ TEST(GpuPlan, DenseModelsMustFitWhole) {
     Bound b;
     ASSERT_NO_FATAL_FAILURE(bind_shared(b, path));
     const GpuPlan all = plan_ok(b, {.n_ctx = 256});
-    EXPECT_EQ(all.mode, Residency::kAllResident);
+    EXPECT_FALSE(all.stream_experts);
     EXPECT_EQ(all.n_records, 0u);
     EXPECT_EQ(all.slots, 0u);
     EXPECT_EQ(all.record_bytes, 0u);
     EXPECT_GT(all.resident.dense_ffn, 0u);
     EXPECT_EQ(all.resident.routers, 0u);
-    EXPECT_EQ(plan_ok(b, {.budget = all.total_bytes(), .n_ctx = 256}).mode, Residency::kAllResident);
-    auto refused = engine::plan_gpu(b.spec, b.tensors, {.budget = all.total_bytes() - 1, .n_ctx = 256});
+    EXPECT_FALSE(plan_ok(b, {.budget = all.total_bytes(), .n_ctx = 256}).stream_experts);
+    auto refused = cuda::plan_gpu(b.spec, b.tensors, b.layouts, {.budget = all.total_bytes() - 1, .n_ctx = 256});
     ASSERT_FALSE(refused.ok());
     const std::string& m = refused.error().message;
     EXPECT_NE(m.find("dense"), std::string::npos) << m;

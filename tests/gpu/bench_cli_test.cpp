@@ -3,7 +3,7 @@
 // the budget, and a budget too small is refused with the numbers.
 #include <nlohmann/json.hpp>
 
-#include "diskformer/backend/cuda_device.h"
+#include "diskformer/cudart/devices.h"
 #include "gpu/gpu_support.h"
 #include "support/cli_run.h"
 #include "support/test_paths.h"

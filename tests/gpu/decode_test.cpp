@@ -46,7 +46,7 @@ TEST_P(DecodeMatvec, EqualsTheTiledKernelBitForBit) {
   const int64_t n_ref = 5;  // > kDecodeMaxTok: matmul's tiled kernel
   const HostMat w = random_mat(c.type, c.rows, c.cols, 201);
   auto dw = upload(w);
-  const cuda::DMat m = dmat(w, dw);
+  const model::Mat m = dmat(w, dw);
   ASSERT_TRUE(cuda::decode_matvec_supported(m, c.n_tok));
   ASSERT_FALSE(cuda::decode_matvec_supported(m, n_ref));
   const auto x = random_floats(n_ref * c.cols, 202, -2.0f, 2.0f);
@@ -74,7 +74,7 @@ TEST_P(DecodeMatvec, EqualsTheTiledKernelBitForBit) {
   // Three parts: w, a second matrix with a residual added in place, and w again.
   const HostMat w2 = random_mat(c.type, c.rows + 9, c.cols, 203);
   auto dw2 = upload(w2);
-  const cuda::DMat m2 = dmat(w2, dw2);
+  const model::Mat m2 = dmat(w2, dw2);
   cuda::DeviceBuffer want2(n_ref * m2.rows * 4);
   cuda::matmul(
       {.w = m2, .x = dx.as<float>(), .n_tok = n_ref, .y = want2.as<float>(), .scratch = scratch.as<uint8_t>()});
@@ -220,7 +220,7 @@ struct MoeReference {
   std::vector<float> sum;  // [n_tok][E] combine alone
 };
 
-MoeReference unfused_moe(const cuda::DMat& g, const cuda::DMat& u, const cuda::DMat& d, uint64_t gs, uint64_t us,
+MoeReference unfused_moe(const model::Mat& g, const model::Mat& u, const model::Mat& d, uint64_t gs, uint64_t us,
                          uint64_t ds, int32_t X, const cuda::DeviceBuffer& ids, const cuda::DeviceBuffer& wts,
                          const cuda::DeviceBuffer& xn, const std::vector<float>& x, int64_t n_tok, int K) {
   const int64_t F = g.rows, E = g.cols, n_slots = n_tok * K;
@@ -254,8 +254,8 @@ TEST_P(DecodeMoe, FusedExpertsEqualTheUnfusedSequence) {
   const HostMat hg = random_mat(type, X * F, E, 231), hu = random_mat(type, X * F, E, 232);
   const HostMat hd = random_mat(type, X * E, F, 233);
   auto dg = upload(hg), du = upload(hu), dd = upload(hd);
-  const cuda::DMat g{type, dg.as<uint8_t>(), E, F, hg.row_bytes}, u{type, du.as<uint8_t>(), E, F, hu.row_bytes};
-  const cuda::DMat d{type, dd.as<uint8_t>(), F, E, hd.row_bytes};
+  const model::Mat g{type, dg.as<uint8_t>(), E, F, hg.row_bytes}, u{type, du.as<uint8_t>(), E, F, hu.row_bytes};
+  const model::Mat d{type, dd.as<uint8_t>(), F, E, hd.row_bytes};
   const uint64_t gs = F * hg.row_bytes, us = F * hu.row_bytes, ds = E * hd.row_bytes;
   for (int64_t n_tok : {1, 3}) {
     ASSERT_TRUE(cuda::moe_decode_supported(g, u, d, n_tok, K));
@@ -302,7 +302,7 @@ TEST(DecodeThroughput, MatvecQ4_0) {
                           Shape{151936, 2048, "output head"}}) {
     const HostMat w = random_q4(sh.rows, sh.cols, 241);
     auto dw = upload(w);
-    const cuda::DMat m = dmat(w, dw);
+    const model::Mat m = dmat(w, dw);
     const auto x = random_floats(sh.cols, 242);
     auto dx = cuda::to_device(x);
     cuda::DeviceBuffer xq(cuda::q8_scratch_bytes(GgmlType::Q4_0, sh.cols, 1)), dy(sh.rows * 4);
@@ -352,9 +352,9 @@ TEST(DecodeThroughput, RoutedExpertsQ4_0) {
   const int K = 8;
   const HostMat hg = random_q4(X * F, E, 251), hu = random_q4(X * F, E, 252), hd = random_q4(X * E, F, 253);
   auto dg = upload(hg), du = upload(hu), dd = upload(hd);
-  const cuda::DMat g{GgmlType::Q4_0, dg.as<uint8_t>(), E, F, hg.row_bytes};
-  const cuda::DMat u{GgmlType::Q4_0, du.as<uint8_t>(), E, F, hu.row_bytes};
-  const cuda::DMat d{GgmlType::Q4_0, dd.as<uint8_t>(), F, E, hd.row_bytes};
+  const model::Mat g{GgmlType::Q4_0, dg.as<uint8_t>(), E, F, hg.row_bytes};
+  const model::Mat u{GgmlType::Q4_0, du.as<uint8_t>(), E, F, hu.row_bytes};
+  const model::Mat d{GgmlType::Q4_0, dd.as<uint8_t>(), F, E, hd.row_bytes};
   const uint64_t gs = F * hg.row_bytes, us = F * hu.row_bytes, ds = E * hd.row_bytes;
   ASSERT_TRUE(cuda::moe_decode_supported(g, u, d, 1, K));
   const std::vector<int32_t> ids = {17, 3, 126, 64, 90, 5, 41, 77};
@@ -414,7 +414,7 @@ TEST(DecodeThroughput, RouterF32AndRoute) {
   const int64_t X = 128, E = 2048, n_batch = 512;
   const HostMat w = random_mat(GgmlType::F32, X, E, 261);
   auto dw = upload(w);
-  const cuda::DMat m = dmat(w, dw);
+  const model::Mat m = dmat(w, dw);
   const auto x = random_floats(n_batch * E, 262, -2.0f, 2.0f);
   auto dx = cuda::to_device(x);
   cuda::DeviceBuffer dy(n_batch * X * 4), ids(8 * 4), wts(8 * 4);

@@ -9,7 +9,7 @@
 
 #include "diskformer/backend/cpu/kernels.h"
 #include "diskformer/backend/cpu/numeric.h"
-#include "diskformer/backend/cuda/buffer.h"
+#include "diskformer/cudart/buffer.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/model/weights.h"
 
@@ -75,7 +75,7 @@ inline HostMat random_mat(gguf::GgmlType t, int64_t rows, int64_t cols, uint32_t
   return m;
 }
 
-inline cuda::DMat dmat(const HostMat& m, const cuda::DeviceBuffer& dev) {
+inline model::Mat dmat(const HostMat& m, const cuda::DeviceBuffer& dev) {
   return {m.type, dev.as<uint8_t>(), m.cols, m.rows, m.row_bytes};
 }
 

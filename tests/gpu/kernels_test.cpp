@@ -117,7 +117,7 @@ TEST_P(CudaMoeMatmul, EachSlotMatchesCpuMatmulOfItsExpert) {
   cuda::DeviceBuffer dw(w.bytes.size());
   dw.upload(w.bytes.data(), w.bytes.size());
   auto dids = cuda::to_device(ids);
-  const cuda::DMat one{type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
+  const model::Mat one{type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
   for (bool per_slot : {false, true}) {
     const int64_t n_in = per_slot ? n_tok * n_used : n_tok;
     const auto x = random_floats(n_in * cols, per_slot ? 12 : 13);
@@ -162,7 +162,7 @@ TEST_P(CudaMoeMatmul, GroupedByExpertEqualsPerSlot) {
   cuda::DeviceBuffer dw(w.bytes.size());
   dw.upload(w.bytes.data(), w.bytes.size());
   auto dids = cuda::to_device(ids);
-  const cuda::DMat one{type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
+  const model::Mat one{type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
   const int64_t n_slots = n_tok * n_used;
   cuda::DeviceBuffer order(n_slots * 4), tiles((1 + 3 * cuda::moe_max_tiles(n_slots, n_expert)) * 4);
   cuda::moe_plan({.ids = dids.as<int32_t>(), .n_slots = n_slots, .n_expert = int32_t(n_expert),

@@ -165,7 +165,7 @@ TEST_P(CudaMmqGrouped, MatchesCpuAndThePerSlotKernel) {
   const HostMat w = random_mat(c.type, n_expert * rows, cols, 211);
   cuda::DeviceBuffer dw(w.bytes.size());
   dw.upload(w.bytes.data(), w.bytes.size());
-  const cuda::DMat one{c.type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
+  const model::Mat one{c.type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
   const uint64_t stride = rows * w.row_bytes;
   auto dids = cuda::to_device(ids);
 
@@ -363,7 +363,7 @@ TEST(CudaMmqThroughput, GroupedExpertsQ4_0Prefill512) {
     const HostMat w = random_q4(X * rows, cols, 232);
     cuda::DeviceBuffer dw(w.bytes.size());
     dw.upload(w.bytes.data(), w.bytes.size());
-    const cuda::DMat one{GgmlType::Q4_0, dw.as<uint8_t>(), cols, rows, w.row_bytes};
+    const model::Mat one{GgmlType::Q4_0, dw.as<uint8_t>(), cols, rows, w.row_bytes};
     const uint64_t stride = uint64_t(rows) * w.row_bytes;
     const int64_t n_in = per_slot ? n_slots : n_tok;
     const auto x = random_floats(n_in * cols, 233);

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "diskformer/backend/cuda/device_sampler.h"
-#include "diskformer/backend/cuda/gpu_decoder.h"
+#include "diskformer/backend/cuda/device_sampler.h"
 #include "diskformer/backend/cuda/select.h"
 #include "diskformer/engine/model.h"
 #include "gpu/gpu_support.h"
@@ -87,7 +87,7 @@ TEST(GpuSelect, TopKKeepsThePartialSortSet) {
   cudaStreamDestroy(stream);
 }
 
-const engine::SamplingParams kSettings[] = {
+const sampling::SamplingParams kSettings[] = {
     {.temp = 0.0f, .seed = 1},                                                          // argmax kernel
     {.temp = 0.0f, .repeat_penalty = 1.5f, .seed = 2},                                  // penalty + top-1
     {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 3},            // the defaults
@@ -97,7 +97,7 @@ const engine::SamplingParams kSettings[] = {
     {.temp = 1.0f, .top_k = 0, .top_p = 0.9f, .min_p = 0.02f, .repeat_penalty = 1.1f, .seed = 6},  // full row
 };
 
-std::string describe(const engine::SamplingParams& p) {
+std::string describe(const sampling::SamplingParams& p) {
   char b[160];
   std::snprintf(b, sizeof b, "temp %.2f top_k %d top_p %.2f min_p %.2f penalty %.2f last_n %d", p.temp, p.top_k,
                 p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n);
@@ -111,7 +111,7 @@ TEST(GpuSelect, DeviceSamplerDrawsWhatTheCpuSamplerDraws) {
   const int64_t V = 151936;
   for (bool ties : {false, true})
     for (const auto& p : kSettings) {
-      engine::Sampler cpu(p), gpu(p);
+      sampling::Sampler cpu(p), gpu(p);
       cuda::DeviceSampler ds;
       std::vector<int32_t> history = {3, 4, 5, 17, 17, 151935};
       int64_t differ = 0, steps = 0;
@@ -137,39 +137,35 @@ TEST(GpuSelect, DeviceSamplerDrawsWhatTheCpuSamplerDraws) {
   cudaStreamDestroy(stream);
 }
 
-// On a real model's logits (prompt split into batches, then decode steps through the graph): the decoder's choice
-// equals the CPU sampler's on the logits the session copies back.
-TEST(GpuSelect, GpuDecoderChoosesAsTheSamplerOnItsLogits) {
+// On a real model's logits (prompt split into batches, then decode steps through the graph): a CUDA session's
+// choice equals the CPU sampler's on the logits the session copies back.
+TEST(GpuSelect, CudaSessionChoosesAsTheSamplerOnItsLogits) {
   DF_REQUIRE_GPU();
   DF_REQUIRE_SHARED(path, "models/qwen3moe-q4_0.gguf");
-  auto host = engine::Model::open(path.string(), {.n_ctx = 256, .threads = 0});
-  ASSERT_TRUE(host.ok()) << host.error().message;
-  auto up = cuda::GpuModel::upload((*host)->spec(), (*host)->weights());
-  ASSERT_TRUE(up.ok()) << up.error().message;
-  std::shared_ptr<const cuda::GpuModel> gpu = std::move(*up);
+  auto m = open_gpu(path.string(), 256, {.max_batch = 4, .decode_graph = true});
+  ASSERT_TRUE(m);
   const std::vector<int32_t> prompt = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366};
   for (const auto& p : kSettings) {
-    auto d = cuda::GpuDecoder::create(gpu, {.n_ctx = 256, .max_batch = 4, .decode_graph = true});
-    ASSERT_TRUE(d.ok()) << d.error().message;
-    engine::Sampler a(p), b(p);
+    auto d = session_of(*m);
+    ASSERT_TRUE(d);
+    sampling::Sampler a(p), b(p);
     std::vector<int32_t> history = prompt;
-    ASSERT_TRUE((*d)->eval(prompt).ok());
+    ASSERT_TRUE(d->eval(prompt).ok());
     int differ = 0;
     for (int step = 0; step < 24; ++step) {
-      const std::vector<float> logits((*d)->session().logits().begin(), (*d)->session().logits().end());
+      const std::vector<float> logits(d->logits().begin(), d->logits().end());
       const int32_t want = b.sample(logits, history);
-      const int32_t got = (*d)->next_token(a, history);
+      const int32_t got = d->next_token(a, history);
       differ += got != want;
       history.push_back(want);
-      ASSERT_TRUE((*d)->eval(std::span(&want, 1)).ok());
+      ASSERT_TRUE(d->eval(std::span(&want, 1)).ok());
     }
     EXPECT_EQ(differ, 0) << describe(p);
-    const auto st = (*d)->stats();
+    const auto st = d->stats();
     EXPECT_EQ(st.backend, "cuda");
     ASSERT_TRUE(st.device_bytes && st.device_used_peak);
-    EXPECT_GE(*st.device_bytes, gpu->device_bytes());
     EXPECT_GE(*st.device_used_peak, *st.device_bytes);  // the driver counts this run's allocations and more
-    EXPECT_EQ((*d)->n_past(), uint32_t(prompt.size() + 24));
+    EXPECT_EQ(d->n_past(), uint32_t(prompt.size() + 24));
   }
 }
 

@@ -63,7 +63,7 @@ TEST(CudaThroughput, ExpertGateQ4_0) {
   const HostMat w = random_q4(X * F, E, 3);
   cuda::DeviceBuffer dw(w.bytes.size());
   dw.upload(w.bytes.data(), w.bytes.size());
-  const cuda::DMat one{GgmlType::Q4_0, dw.as<uint8_t>(), E, F, w.row_bytes};
+  const model::Mat one{GgmlType::Q4_0, dw.as<uint8_t>(), E, F, w.row_bytes};
   const uint64_t stride = uint64_t(F) * w.row_bytes;
   std::mt19937 rng(4);
   for (int64_t n_tok : {1, 512}) {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "diskformer/engine/model.h"
-#include "diskformer/engine/sampler.h"
+#include "diskformer/engine/session.h"
+#include "diskformer/sampling/sampler.h"
 
 namespace df::test {
 
@@ -161,13 +161,12 @@ inline std::string PieceDecoder::piece(int32_t id) const {
 }
 
 // Greedy generation of n tokens after the prompt, one token per step (EOS ignored).
-inline std::vector<int32_t> greedy(engine::Session& s, const std::vector<int32_t>& prompt, int n,
-                                   uint32_t n_batch = 512) {
+inline std::vector<int32_t> greedy(engine::Session& s, const std::vector<int32_t>& prompt, int n) {
   std::vector<int32_t> out;
-  Status st = s.eval(prompt, n_batch);
+  Status st = s.eval(prompt);
   if (!st.ok()) ADD_FAILURE() << st.error().message;
   for (int i = 0; i < n && st.ok(); ++i) {
-    const int32_t id = engine::argmax(s.logits());
+    const int32_t id = sampling::argmax(s.logits());
     out.push_back(id);
     if (i + 1 < n) {
       st = s.eval(std::span<const int32_t>(&id, 1));

@@ -1,8 +1,11 @@
 // Greedy completions against llama.cpp's CPU backend (../shared/models/*.gold.json): robust cases byte for byte,
-// the others report their common prefix.
+// the others report their common prefix; the same tokens streamed from the GGUF under the smallest RAM budget, and
+// from a store made by ingest.
 #include <gtest/gtest.h>
 
 #include "model/gold.h"
+#include "diskformer/store/ingest.h"
+#include "support/sessions.h"
 #include "support/test_paths.h"
 
 namespace df::test {
@@ -18,18 +21,25 @@ TEST_P(Gold, GreedyMatchesLlamaCpp) {
   ASSERT_TRUE(model.ok()) << model.error().message;
   // The same model streaming from disk under the smallest RAM budget its plan accepts: experts through a pool
   // of 2 x top-k slots, or layers through 2 slots.
-  const auto& full_plan = (*model)->weights().plan();
+  const auto& full_plan = (*model)->plan();
   auto probe = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = full_plan.model_bytes});
   ASSERT_TRUE(probe.ok()) << probe.error().message;
-  const auto& p = (*probe)->weights().plan();
-  const uint64_t least = p.resident_bytes + uint64_t(p.min_slots) * p.record_bytes;
+  const auto& p = (*probe)->plan();
+  const uint64_t least = p.resident_bytes + uint64_t(p.min_slots) * p.slot_bytes;
   auto streamed = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2, .ram_budget = least});
   ASSERT_TRUE(streamed.ok()) << streamed.error().message;
-  ASSERT_NE((*streamed)->weights().plan().mode, engine::Residency::kAllResident);
+  ASSERT_NE((*streamed)->plan().mode, engine::Residency::kAllResident);
+  // A store of the model, streamed at the same budget: one read per record, the same records.
+  const auto store = temp_dir("gold_store_" + name);
+  auto ingested = store::ingest({.source = model_path.string(), .dir = store.string(), .force = true});
+  ASSERT_TRUE(ingested.ok()) << ingested.error().message;
+  auto from_store = engine::Model::open(store.string(), {.n_ctx = 512, .threads = 2, .ram_budget = least});
+  ASSERT_TRUE(from_store.ok()) << from_store.error().message;
+  ASSERT_TRUE((*from_store)->files().from_store);
 
   PieceDecoder pieces((*model)->file());
   for (const auto& c : cases) {
-    engine::Session s(**model), t(**streamed);
+    engine::Session s = new_session(**model), t = new_session(**streamed), u = new_session(**from_store);
     const auto ids = greedy(s, c.prompt_ids, c.n_predict);
     std::string text;
     for (int32_t id : ids) text += pieces.piece(id);
@@ -40,8 +50,13 @@ TEST_P(Gold, GreedyMatchesLlamaCpp) {
       EXPECT_EQ(text, c.completion) << name << " prompt: " << c.prompt;
     }
     EXPECT_EQ(greedy(t, c.prompt_ids, c.n_predict), ids) << name << " under a " << least << "-byte budget";
+    EXPECT_EQ(greedy(u, c.prompt_ids, c.n_predict), ids) << name << " from a store under a " << least << "-byte budget";
   }
-  EXPECT_GT((*streamed)->weights().stats().cache.misses, 0u);
+  for (auto* m : {&*streamed, &*from_store}) {
+    const engine::ModelStats st = (*m)->stats();
+    ASSERT_TRUE(st.ram.has_value());
+    EXPECT_GT(st.ram->cache.misses, 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Gold,

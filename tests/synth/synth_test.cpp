@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "diskformer/gguf/reader.h"
-#include "diskformer/model/breakdown.h"
+#include "diskformer/gguf/breakdown.h"
 #include "diskformer/synth/synth.h"
 #include "support/test_paths.h"
 
@@ -122,7 +122,7 @@ TEST_F(SynthFile, DenseAndMixtralLayouts) {
       auto path = write(arch, preset, t, 2, 2, std::string(arch) + preset + ".gguf");
       auto f = df::gguf::read_file(path);
       ASSERT_TRUE(f.ok()) << f.error().message;
-      auto b = df::model::breakdown(*f);
+      auto b = df::gguf::breakdown(*f);
       bool moe = std::string(preset) == "mixtral-tiny";
       EXPECT_EQ(b.expert_layers.size(), moe ? 4u : 0u) << arch << " " << preset;
       EXPECT_EQ(f->tensor("output.weight")->type, t);

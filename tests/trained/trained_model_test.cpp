@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "diskformer/engine/model.h"
+#include "support/sessions.h"
 #include "diskformer/tokenizer/tokenizer.h"
 #include "support/test_paths.h"
 
@@ -74,7 +75,7 @@ TEST(TrainedModel, GreedyContinuationsMatchTheReference) {
     ASSERT_GE(want.size(), 64u);
     // The engine's tokenizer gives the ids the reference started from.
     EXPECT_EQ(tok->encode(c.at("prompt").get<std::string>()), prompt) << c.at("prompt");
-    engine::Session s(**model);
+    engine::Session s = new_session(**model);
     ASSERT_TRUE(s.eval(prompt).ok());
     std::vector<int32_t> got;
     for (size_t i = 0; i < want.size(); ++i) {
@@ -109,7 +110,7 @@ TEST(TrainedModel, HeldOutPerplexityWithinOnePercent) {
   ASSERT_GE(ids.size(), 2u);
   auto model = engine::Model::open(p.model.string(), {.n_ctx = uint32_t(ids.size()), .threads = 2});
   ASSERT_TRUE(model.ok()) << model.error().message;
-  engine::Session s(**model);
+  engine::Session s = new_session(**model);
   // One token at a time: the session exposes the logits of the last evaluated token only.
   double nll = 0.0;
   for (size_t i = 0; i + 1 < ids.size(); ++i) {

@@ -1,4 +1,4 @@
-// The generation loop shared by run, chat and bench: evaluate a prompt, then sample and feed back one token at a
+// The generation loop shared by run and chat: evaluate a prompt, then sample and feed back one token at a
 // time, with timings.
 #pragma once
 
@@ -7,16 +7,15 @@
 #include <span>
 #include <vector>
 
-#include "diskformer/engine/decoder.h"
-#include "diskformer/engine/model.h"
-#include "diskformer/engine/sampler.h"
+#include "diskformer/engine/session.h"
+#include "diskformer/sampling/sampler.h"
 
 namespace df::engine {
 
 struct GenerateOptions {
   int32_t n_predict = 128;      // tokens to generate at most; < 0: until end-of-generation or the context is full
   bool ignore_eos = false;      // keep going past end-of-generation tokens
-  SamplingParams sampling;
+  sampling::SamplingParams sampling;
 };
 
 struct GenerateStats {
@@ -37,11 +36,8 @@ struct GenerateHooks {
   std::function<void(int32_t)> on_token;      // each generated token, end-of-generation excluded
 };
 
-// history holds the tokens the decoder has seen (for the repeat penalty); the prompt and the generated tokens are
+// history holds the tokens the session has seen (for the repeat penalty); the prompt and the generated tokens are
 // appended to it.
-Result<GenerateStats> generate(Decoder& decoder, std::span<const int32_t> prompt, const GenerateOptions& options,
-                               const GenerateHooks& hooks, std::vector<int32_t>& history);
-// The same on the CPU engine's session.
 Result<GenerateStats> generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& options,
                                const GenerateHooks& hooks, std::vector<int32_t>& history);
 

@@ -1,83 +1,103 @@
-// A model opened for inference on the CPU: header, spec, tensor bindings, weights in RAM or streamed under a
-// budget, the thread pool, and sessions that each hold a KV cache.
+// A model opened for a run on one backend: what -m names (a GGUF or a store), the RAM plan and its tiers, and the
+// backend's weights -- on the CPU the resident arena and the forward pass's views; on CUDA the weights uploaded from
+// the GGUF or store directly (no CPU model is built first), and under --gpu-budget a GPU tier of routed experts
+// over the RAM tier. Sessions (session.h) are its sequences; run, chat, bench and the server all drive them.
 //
 //   DF_ASSIGN(auto model, engine::Model::open("m.gguf", {.threads = 4}));
-//   engine::Session s(*model);
-//   DF_TRY(s.eval(prompt_ids));            // logits of the last token in s.logits()
+//   DF_ASSIGN(engine::Session s, engine::Session::create(*model));
+//   DF_TRY(s.eval(prompt_ids));            // the last token's logits in s.logits()
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
-#include <vector>
 
+#include "diskformer/backend/cpu/kernels.h"
 #include "diskformer/backend/cpu/ops.h"
 #include "diskformer/backend/cpu/thread_pool.h"
-#include "diskformer/engine/disk_weights.h"
+#include "diskformer/cache/tier.h"
+#include "diskformer/engine/model_files.h"
 #include "diskformer/engine/plan.h"
-#include "diskformer/gguf/reader.h"
-#include "diskformer/model/forward.h"
-#include "diskformer/model/kv_cache.h"
-#include "diskformer/model/spec.h"
-#include "diskformer/model/weights.h"
+#include "diskformer/io/buffer.h"
 
 namespace df::engine {
+
+enum class Backend { kCpu, kCuda };
+const char* backend_name(Backend b);  // "cpu", "cuda"
+
+// CUDA runs.
+struct GpuOptions {
+  std::optional<uint64_t> budget;  // device memory in use at most, CUDA context included; nullopt: all resident
+  std::optional<uint32_t> slots;   // GPU expert slots instead of what the budget leaves (at least 2 x n_used)
+  uint32_t max_batch = 512;        // tokens per forward pass; under a budget the experts stream once per batch
+  bool decode_graph = true;        // replay single-token steps from a captured CUDA graph
+  bool grouped_experts = true;     // batches multiply the routed experts grouped by expert
+  bool cpu_experts = true;         // streamed decode computes on the CPU the misses it finishes before their copies
+  bool prefetch = true;            // streamed decode copies the next layer's guessed experts ahead
+};
 
 struct ModelOptions {
   uint32_t n_ctx = 0;                     // 0: the model's training context, capped at 4096
   int threads = 0;                        // 0: physical cores
-  std::optional<uint64_t> ram_budget;     // nullopt: everything resident
+  std::optional<uint64_t> ram_budget;     // nullopt: every weight resident in RAM
   const cpu::Kernels* kernels = nullptr;  // nullptr: the best this CPU runs
-  // RAM of the weights (the resident arena and the slot pool); nullptr: posix_memalign. A GPU run passes pinned
-  // memory, so that experts copied from RAM to the GPU move as DMA at the link's speed.
-  io::HostAllocator* host_allocator = nullptr;
+  uint32_t n_batch = 512;                 // CPU: tokens per forward pass
+  Backend backend = Backend::kCpu;
+  GpuOptions gpu;
 };
+
+// Where the bytes came from and went, since open (or the last reset_stats()).
+struct ModelStats {
+  uint64_t resident_bytes_read = 0;  // read at open (the arena, and a resident RAM tier)
+  uint64_t streamed_bytes_read = 0;  // read into the RAM tier's slots since open or the last reset
+  std::optional<cache::TierStats> ram;  // the RAM tier, where one streams
+  std::optional<cache::TierStats> gpu;  // the GPU tier, where one streams
+  uint32_t gpu_slots = 0;
+  uint64_t bytes_from_disk() const { return resident_bytes_read + streamed_bytes_read; }
+};
+
+class BackendModel;  // the backend's side of a model (engine/backend_model.h)
 
 class Model {
  public:
+  // Errors name the file and what is wrong (model_files.h), a budget too small (with the numbers), a backend that
+  // cannot run the model (no GPU, a weight type without CUDA kernels, GPU memory), a failed read.
   static Result<std::unique_ptr<Model>> open(const std::string& path, const ModelOptions& options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 
-  const gguf::File& file() const { return file_; }
-  const model::ModelSpec& spec() const { return spec_; }
-  const model::ModelTensors& tensors() const { return tensors_; }
-  DiskWeights& weights() { return *weights_; }
-  cpu::Context& context() { return ctx_; }
+  const ModelFiles& files() const { return *files_; }
+  const gguf::File& file() const { return files_->file; }
+  const model::ModelSpec& spec() const { return files_->spec; }
+  const ModelOptions& options() const { return options_; }
+  Backend backend() const { return options_.backend; }
   uint32_t n_ctx() const { return n_ctx_; }
   int threads() const { return pool_->size(); }
+  cpu::Context& context() { return ctx_; }
+  const WeightPlan& plan() const { return plan_; }
+  // The RAM tier of streamed records (experts, or dense layers); nullptr where nothing streams through RAM.
+  cache::RecordTier* ram_tier() { return ram_tier_.get(); }
+  // One line each: where the weights are (RAM plan; on CUDA also the GPU's residency).
+  std::string describe() const;
+  ModelStats stats();
+  void reset_stats();
+  BackendModel& backend_model() { return *backend_; }
 
  private:
   Model() = default;
-  gguf::File file_;
-  model::ModelSpec spec_;
-  model::ModelTensors tensors_;
+  Status open_ram_tier(io::HostAllocator* allocator);
+
+  ModelOptions options_;
+  std::unique_ptr<ModelFiles> files_;
   uint32_t n_ctx_ = 0;
+  WeightPlan plan_;
   std::unique_ptr<cpu::ThreadPool> pool_;
   cpu::Context ctx_;
-  std::unique_ptr<DiskWeights> weights_;
-};
-
-// One sequence: its KV cache and the forward pass over it. Positions are appended by eval(); truncate() drops the
-// tail so that a shared prefix is reused (the KV entries of kept positions are unchanged).
-class Session {
- public:
-  explicit Session(Model& model);
-
-  // Runs tokens after the n_past() positions already cached, in batches of at most n_batch tokens.
-  Status eval(std::span<const int32_t> tokens, uint32_t n_batch = 512);
-  // Logits of the last evaluated token, [n_vocab].
-  std::span<const float> logits() const;
-  uint32_t n_past() const { return kv_.n_past; }
-  uint32_t n_ctx() const { return kv_.n_ctx; }
-  void truncate(uint32_t n_keep);
-  const model::ForwardStats& stats() const { return forward_.stats(); }
-  void set_routing_stats(model::RoutingStats* r) { forward_.set_routing_stats(r); }
-
- private:
-  Model& model_;
-  model::KvCache kv_;
-  model::Forward forward_;
+  std::unique_ptr<cache::RecordTier> ram_tier_;
+  uint64_t ram_tier_initial_bytes_ = 0;
+  std::unique_ptr<BackendModel> backend_;
 };
 
 }  // namespace df::engine

@@ -1,59 +1,67 @@
-// The residency plan: which weights stay in RAM and which are streamed from disk through a slot pool, from the
-// model's shape and the RAM budget. Without a budget everything is resident.
+// The RAM residency plan: which weights stay in RAM for the whole run and which stream from disk through a RAM
+// tier, from the model's shape and the RAM budget. Without a budget everything is resident.
 //
-//   MoE, budget:   resident = embeddings, output head, every layer's attention, norms and router;
-//                  streamed = routed experts, one (layer, expert) record per slot (gate, up, down rows).
-//   dense, budget: resident = embeddings, output head, final norm; streamed = whole layers, one layer per slot, the
-//                  next layer read while the current one computes.
-// The budget covers weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV
-// cache and work buffers come on top and are reported beside it. A budget that cannot hold the resident weights
-// plus the minimum slots is refused with the numbers.
+//   no budget:      dense tensors in one arena; a MoE model's experts in a RAM tier with a slot per record, read at
+//                   open and never evicted.
+//   MoE, budget:    resident = embeddings, output head, every layer's attention, norms and router;
+//                   streamed = routed experts, one (layer, expert) record per slot.
+//   dense, budget:  resident = embeddings, output head, final norm; streamed = whole layers, one layer per slot, the
+//                   next layer read while the current one computes.
+// Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers
+// weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV cache and work buffers
+// come on top and are reported beside it. A budget that cannot hold the resident weights plus the minimum slots is
+// refused with the numbers.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
-#include "diskformer/model/spec.h"
-#include "diskformer/model/weights.h"
+#include "diskformer/engine/model_files.h"
 #include "diskformer/util/result.h"
 
 namespace df::engine {
 
 enum class Residency {
   kAllResident,    // every tensor in RAM
-  kStreamExperts,  // routed experts through the pool
-  kStreamLayers,   // dense layers through the pool
+  kStreamExperts,  // routed experts through a RAM tier under the budget
+  kStreamLayers,   // dense layers through a RAM tier under the budget
 };
 const char* residency_name(Residency r);
 
 struct WeightPlan {
   Residency mode = Residency::kAllResident;
   uint64_t model_bytes = 0;     // all tensor bytes of the file
-  uint64_t resident_bytes = 0;  // weights held in RAM for the whole run
+  uint64_t resident_bytes = 0;  // the arena of resident dense tensors
   uint64_t kv_bytes = 0;        // the KV cache at the chosen context
   uint64_t work_bytes = 0;      // activations and scratch (an estimate)
-  uint64_t record_bytes = 0;    // one streamed record (expert or layer), 0 when nothing streams
-  uint32_t slots = 0;           // records the pool holds
+  uint64_t record_bytes = 0;    // one record of the tier (expert or layer image); 0 without a tier
+  uint64_t slot_bytes = 0;      // a slot: record_bytes rounded up to 4 KiB
+  uint32_t n_records = 0;       // records the tier serves
+  uint32_t slots = 0;           // records the tier holds
   uint32_t min_slots = 0;       // the fewest slots that can run at all
 
-  uint64_t weight_bytes() const { return resident_bytes + uint64_t(slots) * record_bytes; }  // what the budget covers
+  bool records_resident() const { return slots > 0 && slots == n_records && mode == Residency::kAllResident; }
+  uint64_t weight_bytes() const { return resident_bytes + uint64_t(slots) * slot_bytes; }  // what the budget covers
   uint64_t total_bytes() const { return weight_bytes() + kv_bytes + work_bytes; }
   std::string describe() const;  // one line for logs
 };
 
 // budget: bytes of RAM for weights and their caches (--ram-budget); nullopt = unlimited.
-Result<WeightPlan> plan_weights(const model::ModelSpec& spec, const model::ModelTensors& tensors,
-                                uint64_t file_tensor_bytes, uint32_t n_ctx, std::optional<uint64_t> budget);
+Result<WeightPlan> plan_weights(const ModelFiles& m, uint32_t n_ctx, std::optional<uint64_t> budget);
 
-// Where a piece of `length` bytes read from `file_offset` goes in a buffer, at or after `at`: pieces of 256 KiB
-// and more keep the file offset's 4 KiB phase (O_DIRECT reads land in place), smaller ones are packed at 64 bytes
-// (read through the reader's bounce buffers). The resident arena and every slot record are laid out with it.
-uint64_t place_piece(uint64_t at, uint64_t file_offset, uint64_t length);
+// The resident arena: where each tensor goes. Pieces of 256 KiB and more keep their file offset's 4 KiB phase (an
+// O_DIRECT read lands in place), smaller ones are packed at 64 bytes (read through the reader's bounce buffers).
+struct ArenaLayout {
+  std::vector<std::pair<const gguf::TensorInfo*, uint64_t>> at;  // tensor, offset in the arena
+  uint64_t bytes = 0;
+};
+ArenaLayout arena_layout(const store::RecordMap& map, std::span<const gguf::TensorInfo* const> tensors);
 
-// Bytes of the largest expert record of a layer (gate + up + down rows of one expert), and of a layer's dense
-// tensors laid out as one record.
-uint64_t expert_record_bytes(const model::LayerTensors& l);
-uint64_t layer_record_bytes(const model::LayerTensors& l);
+// The tensors a CPU run keeps in its arena: embeddings, final norm, output head (when untied), and each layer's
+// dense tensors unless the layers stream.
+std::vector<const gguf::TensorInfo*> arena_tensors(const model::ModelTensors& t, bool with_layers);
 
 }  // namespace df::engine

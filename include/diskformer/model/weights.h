@@ -1,6 +1,6 @@
-// A model's tensors: where they are in the file (bind_tensors, validated against the spec) and the in-memory views
-// the forward pass reads (Mat, LayerWeights), supplied by a WeightSource that decides what is resident and what is
-// streamed from disk.
+// A model's tensors: where they are in the file (bind_tensors, validated against the spec), the views the forward
+// passes read (LayerWeights, ExpertWeights: Mats in RAM or in device memory), and where resident tensors' bytes
+// come from (TensorSource). What streams comes from record tiers (cache/tier.h) laid out as model/records.h says.
 #pragma once
 
 #include <cstdint>
@@ -9,25 +9,11 @@
 #include <vector>
 
 #include "diskformer/gguf/reader.h"
+#include "diskformer/model/mat.h"
 #include "diskformer/model/spec.h"
 #include "diskformer/util/result.h"
 
 namespace df::model {
-
-// A matrix in memory: `rows` rows of `cols` elements of `type`; row r starts at data + r * row_bytes.
-// A 1-D tensor (norm weights) is one row.
-struct Mat {
-  gguf::GgmlType type = gguf::GgmlType::F32;
-  const uint8_t* data = nullptr;
-  int64_t cols = 0;
-  int64_t rows = 0;
-  uint64_t row_bytes = 0;
-
-  const uint8_t* row(int64_t r) const { return data + static_cast<uint64_t>(r) * row_bytes; }
-  const float* f32() const { return reinterpret_cast<const float*>(data); }
-  // Rows [first, first + count) as a matrix of their own (one expert of a stacked expert tensor).
-  Mat slice(int64_t first, int64_t count) const { return {type, row(first), cols, count, row_bytes}; }
-};
 
 // The file's tensors of one block; nullptr where this family or layout has none.
 struct LayerTensors {
@@ -65,8 +51,8 @@ Result<ModelTensors> bind_tensors(const gguf::File& f, const ModelSpec& spec);
 // Weight types the CPU kernels multiply: F32, F16, BF16, Q8_0, Q4_0.
 bool matmul_type_supported(gguf::GgmlType t);
 
-// The in-memory views of one block (Mat.data == nullptr where the block has no such tensor). Routed experts
-// are not here: a WeightSource hands them out by id.
+// The views of one block's dense tensors (Mat.data == nullptr where the block has no such tensor). Routed experts
+// are not here: they come from a tier, by id.
 struct LayerWeights {
   Mat attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm;
   Mat ffn_gate, ffn_up, ffn_down;
@@ -78,27 +64,19 @@ struct ExpertWeights {
   Mat gate, up, down;
 };
 
-// Supplies weights to the forward pass. Views stay valid until the next call of the same method for another layer
-// (a streaming source reuses its buffers); calls go in layer order within one forward pass.
-class WeightSource {
+// Where the bytes of whole tensors come from -- the GGUF in place, or a store's data file, where a stacked expert
+// tensor exists only as slices of its expert records -- for the weights a run keeps resident.
+class TensorSource {
  public:
-  virtual ~WeightSource() = default;
-  virtual const Mat& token_embd() const = 0;
-  virtual const Mat& output_norm() const = 0;
-  virtual const Mat& output() const = 0;
-  // The dense tensors of block il; a streaming source may read them now (and start reading block il + 1).
-  virtual Result<const LayerWeights*> layer(uint32_t il) = 0;
-  // Routed experts of block il, in the order of ids (distinct ids).
-  virtual Result<std::vector<ExpertWeights>> experts(uint32_t il, std::span<const int32_t> ids) = 0;
-  // The most distinct experts one experts() call may ask for (a streaming pool's size); 0 = no limit.
-  virtual uint32_t max_experts_per_call() const { return 0; }
-  // Experts of block il likely needed soon: a streaming source starts reading them and returns at once.
-  // wants_expert_guesses() says whether guessing is worth the router products.
-  virtual bool wants_expert_guesses() const { return false; }
-  virtual void prefetch_experts(uint32_t il, std::span<const int32_t> ids) {}
-  // The dense tensors of block il where they stay resident (a guess needs the next block's norm and router
-  // without disturbing a layer stream), nullptr otherwise.
-  virtual const LayerWeights* resident_layer(uint32_t il) const { return nullptr; }
+  struct Piece {
+    const gguf::TensorInfo* tensor = nullptr;
+    uint64_t offset = 0;  // into the tensor's bytes
+    uint64_t length = 0;
+    void* dst = nullptr;  // length bytes of host memory
+  };
+  virtual ~TensorSource() = default;
+  // Reads every piece, many in flight; the first error (naming the file, offset and length) once all finished.
+  virtual Status read(std::span<const Piece> pieces) = 0;
 };
 
 // A Mat over a tensor whose bytes start at data (as laid out in the file).

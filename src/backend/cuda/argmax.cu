@@ -1,6 +1,6 @@
 // Greedy token selection on the GPU: a block per row, the first index of the maximum (the CPU sampler's argmax).
 #include "backend/cuda/common.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 

@@ -19,7 +19,7 @@
 #include <climits>
 
 #include "backend/cuda/common.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 
@@ -31,8 +31,8 @@ constexpr int kMaxHead = 256;
 constexpr int kThreads = 128;       // both kernels: 4 warps
 constexpr int kTile = 32;           // split: positions per round, one per lane
 constexpr int kHeadsPerBlock = 16;  // split: query heads a block serves (larger groups take several blocks)
-constexpr int kMinPart = 16;        // split: positions per part at least, so short contexts use few parts
-constexpr int kMaxSlots = 128;      // split: n_tok * parts per head at most (bounds the workspace)
+constexpr int kMinPart = kAttentionMinPart;   // split: positions per part at least, so short contexts use few parts
+constexpr int kMaxSlots = kAttentionMaxSlots;  // split: n_tok * parts per head at most (bounds the workspace)
 constexpr int kSplitMaxTok = 16;    // batches up to this size take the split kernel even where mma applies
 constexpr int kRows = 64;           // mma: (token, head) rows per block, 16 per warp
 
@@ -437,14 +437,6 @@ bool launch_mma_if_built(const AttentionArgs& a) {
 }
 
 }  // namespace
-
-uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx) {
-  if (n_tok <= 0 || n_ctx <= 0) return 0;
-  // A batch of n <= n_tok tokens uses n * split_cap(n, n_ctx) <= this many parts per head.
-  const int64_t parts = (n_ctx + kMinPart - 1) / kMinPart;
-  const int64_t slots = std::min<int64_t>(kMaxSlots, std::min<int64_t>(n_tok, kMaxSlots) * parts);
-  return uint64_t(n_head) * uint64_t(slots) * uint64_t(head_dim_v + 2) * 4;
-}
 
 void attention(const AttentionArgs& a) {
   DF_CHECK(a.q != nullptr && a.k != nullptr && a.v != nullptr && a.out != nullptr && a.pos != nullptr);

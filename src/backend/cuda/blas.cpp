@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/util/check.h"
 
 namespace df::cuda::blas {

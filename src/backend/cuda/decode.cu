@@ -12,7 +12,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/rms.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 
@@ -45,7 +45,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Rows the kernels read as aligned words: 16-byte aligned rows (data and row_bytes), which also leaves room for the
 // 2 bytes past the last block that its word window may cover (an odd block count leaves the row's used bytes 2 short
 // of a multiple of 4).
-bool rows_stageable(const DMat& w) {
+bool rows_stageable(const model::Mat& w) {
   return w.data != nullptr && quantized(w.type) && w.cols > 0 && w.cols % dev::kQK == 0 && w.rows > 0 &&
          aligned16(w.data) && w.row_bytes % 16 == 0 &&
          w.row_bytes >= uint64_t(w.cols / dev::kQK) * (w.type == GgmlType::Q4_0 ? dev::kQ4Bytes : dev::kQ8Bytes);
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, T == GgmlType::Q4_0 && NT == 1 
   }
 }
 
-uint64_t matvec_smem(const DMat& w, int64_t n_tok) { return uint64_t(n_tok) * act_bytes(w.cols); }
+uint64_t matvec_smem(const model::Mat& w, int64_t n_tok) { return uint64_t(n_tok) * act_bytes(w.cols); }
 
 template <GgmlType T, int NT>
 void launch_matvec(const MvParams& p, int64_t tiles, uint64_t smem, cudaStream_t stream) {
@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(kGuWarps * 32, T == GgmlType::Q4_0 ? 2 : 1)  /
   }
 }
 
-uint64_t gate_up_smem(const DMat& gate) { return act_bytes(gate.cols) + 2 * kGuRows * sizeof(float); }
+uint64_t gate_up_smem(const model::Mat& gate) { return act_bytes(gate.cols) + 2 * kGuRows * sizeof(float); }
 
 // ---- moe_decode_down
 
@@ -485,18 +485,18 @@ __global__ void __launch_bounds__(kDnWarps * 32)
   }
 }
 
-uint64_t down_smem(const DMat& down, int32_t n_used) { return uint64_t(n_used) * act_bytes(down.cols); }
+uint64_t down_smem(const model::Mat& down, int32_t n_used) { return uint64_t(n_used) * act_bytes(down.cols); }
 
 }  // namespace
 
-bool decode_matvec_supported(const DMat& w, int64_t n_tok) {
+bool decode_matvec_supported(const model::Mat& w, int64_t n_tok) {
   return n_tok >= 1 && n_tok <= kDecodeMaxTok && rows_stageable(w) && matvec_smem(w, n_tok) <= smem_limit();
 }
 
 void decode_matvec(const DecodeMatvecArgs& a) {
   DF_CHECK(a.n_parts >= 1 && a.n_parts <= 3);
   DF_CHECK(a.x_q8 != nullptr || a.x != nullptr);
-  const DMat& w0 = a.parts[0].w;
+  const model::Mat& w0 = a.parts[0].w;
   MvParams p{};
   p.n_parts = a.n_parts;
   p.cols = w0.cols;
@@ -551,7 +551,7 @@ void qk_norm_rope_store(const QkNormRopeStoreArgs& a) {
   DF_CUDA_CHECK_LAUNCH();
 }
 
-bool moe_decode_supported(const DMat& gate, const DMat& up, const DMat& down, int64_t n_tok, int32_t n_used) {
+bool moe_decode_supported(const model::Mat& gate, const model::Mat& up, const model::Mat& down, int64_t n_tok, int32_t n_used) {
   if (n_tok < 1 || n_tok > kDecodeMaxTok || n_used < 1 || n_used > kMaxUsed) return false;
   if (!rows_stageable(gate) || !rows_stageable(up) || !rows_stageable(down)) return false;
   if (gate.type != up.type || gate.cols != up.cols || gate.rows != up.rows || gate.row_bytes != up.row_bytes)

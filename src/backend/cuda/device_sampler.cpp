@@ -12,10 +12,10 @@ void DeviceSampler::grow(DeviceBuffer& b, uint64_t bytes) {
   if (b.size() < bytes) b = DeviceBuffer(bytes);
 }
 
-int32_t DeviceSampler::sample(engine::Sampler& sampler, const float* logits, int64_t n_vocab, cudaStream_t stream,
+int32_t DeviceSampler::sample(sampling::Sampler& sampler, const float* logits, int64_t n_vocab, cudaStream_t stream,
                               std::span<const int32_t> history) {
   DF_CHECK(logits != nullptr && n_vocab > 0 && n_vocab <= 0x7fffffff);
-  const engine::SamplingParams& p = sampler.params();
+  const sampling::SamplingParams& p = sampler.params();
   const bool greedy = p.temp <= 0.0f;
   const bool top_k_cut = p.top_k > 0 && int64_t(p.top_k) < n_vocab;
 

@@ -1,7 +1,7 @@
 // Element-wise steps of the forward pass: SwiGLU, the residual add, KV cache stores (f16) and embedding row gathers.
 // Roundings are spelled out (__f*_rn) where the CPU code rounds each operation, so nvcc does not fuse them.
 #include "backend/cuda/common.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 
@@ -104,7 +104,7 @@ void store_kv(const StoreKvArgs& a) {
 }
 
 void get_rows(const GetRowsArgs& a) {
-  const DMat& w = a.table;
+  const model::Mat& w = a.table;
   DF_CHECK(w.data != nullptr && matmul_type_supported(w.type) && w.rows > 0 && w.cols > 0);
   DF_CHECK(a.ids != nullptr && a.out != nullptr && a.n >= 0 && a.n <= 0x7fffffff);
   if (w.type == GgmlType::Q4_0 || w.type == GgmlType::Q8_0) DF_CHECK(w.cols % dev::kQK == 0);

@@ -10,7 +10,7 @@
 #include "backend/cuda/blas.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mmq.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 
@@ -219,7 +219,7 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* _
 
 bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
 
-void check_mat(const DMat& w) {
+void check_mat(const model::Mat& w) {
   DF_CHECK(w.data != nullptr && matmul_type_supported(w.type));
   DF_CHECK(w.rows > 0 && w.cols > 0);
   const uint64_t min_row = quantized(w.type) ? uint64_t(w.cols / 32) * (w.type == GgmlType::Q4_0 ? 18 : 34)
@@ -254,10 +254,6 @@ std::pair<const uint8_t*, uint64_t> prepare_act(GgmlType t, const float* x, int6
 bool matmul_type_supported(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
          t == GgmlType::Q4_0;
-}
-
-uint64_t q8_scratch_bytes(GgmlType t, int64_t cols, int64_t n_vec) {
-  return quantized(t) ? uint64_t(cols / 32) * dev::kQ8Bytes * uint64_t(n_vec) : 0;
 }
 
 void matmul(const MatmulArgs& a) {

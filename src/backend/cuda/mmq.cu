@@ -31,7 +31,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mmq.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/util/check.h"
 
 namespace df::cuda::mmq {
@@ -440,7 +440,7 @@ void launch_shape(int bm, int bn, GgmlType t, const Params& p, unsigned gx, unsi
   }
 }
 
-void check_common(const DMat& w, const uint8_t* act, uint64_t act_stride, const float* y) {
+void check_common(const model::Mat& w, const uint8_t* act, uint64_t act_stride, const float* y) {
   DF_CHECK(mma_type(w.type) && w.data != nullptr && w.rows > 0 && w.cols > 0 && w.cols % dev::kQK == 0);
   DF_CHECK(act != nullptr && y != nullptr);
   // 16-bit reads of weights and activations.
@@ -453,7 +453,7 @@ void check_common(const DMat& w, const uint8_t* act, uint64_t act_stride, const 
 
 }  // namespace
 
-void dense(const DMat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok, float* y, cudaStream_t stream,
+void dense(const model::Mat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok, float* y, cudaStream_t stream,
            Tile tile) {
   check_common(w, act, act_stride, y);
   DF_CHECK(n_tok > 0 && n_tok <= 0x7fffffff);

@@ -18,14 +18,14 @@ struct Tile {
 };
 
 // y[t][r] = dot(W row r, act row t) for t < n_tok.
-void dense(const DMat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok, float* y, cudaStream_t stream,
+void dense(const model::Mat& w, const uint8_t* act, uint64_t act_stride, int64_t n_tok, float* y, cudaStream_t stream,
            Tile tile = {});
 
 // moe_plan's tiles (each <= tile_slots slots of one expert, tile_slots <= 64): block column i of tile (e, first,
 // cnt) multiplies expert e with act row order[first + i] / act_div and writes y row order[first + i]. Runs of
 // consecutive tiles of one expert are merged into items of up to tile.tokens (default 64) slots.
 struct GroupedArgs {
-  DMat w;  // one expert
+  model::Mat w;  // one expert
   uint64_t expert_stride = 0;
   int32_t n_expert = 0;
   const int32_t* order = nullptr;

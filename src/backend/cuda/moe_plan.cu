@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 
@@ -18,14 +18,17 @@ constexpr int kMaxTileSlots = 64;  // mmq.cu's widest token tile
 
 __global__ void __launch_bounds__(kThreads)
     moe_plan_kernel(const int32_t* __restrict__ ids, int64_t n_slots, int n_expert, int32_t* __restrict__ order,
-                    int32_t* __restrict__ tiles, int64_t max_tiles, int tile_slots) {
+                    int32_t* __restrict__ tiles, int64_t max_tiles, int tile_slots,
+                    const int32_t* __restrict__ slot_of) {
   __shared__ int count[kMaxExperts];
   __shared__ int offset[kMaxExperts];
+  __shared__ int total;
   for (int e = threadIdx.x; e < n_expert; e += kThreads) count[e] = 0;
   __syncthreads();
   for (int64_t v = threadIdx.x; v < n_slots; v += kThreads) {
     const int32_t e = ids[v];
-    if (e < 0 || e >= n_expert) __trap();  // the router wrote a bad id: a bug
+    if (e < 0 && slot_of) continue;        // a pair of another group
+    if (e < 0 || e >= n_expert) __trap();  // the router (or the group's plan) wrote a bad id: a bug
     atomicAdd(&count[e], 1);
   }
   __syncthreads();
@@ -36,7 +39,7 @@ __global__ void __launch_bounds__(kThreads)
       offset[e] = run;
       for (int s = 0; s < count[e]; s += tile_slots) {
         if (nt >= max_tiles) __trap();  // cannot happen: max_tiles bounds the sum of ceil(count / tile_slots)
-        tiles[1 + 3 * nt] = e;
+        tiles[1 + 3 * nt] = slot_of ? slot_of[e] : e;
         tiles[2 + 3 * nt] = run + s;
         tiles[3 + 3 * nt] = min(tile_slots, count[e] - s);
         ++nt;
@@ -44,34 +47,28 @@ __global__ void __launch_bounds__(kThreads)
       run += count[e];
     }
     tiles[0] = int32_t(nt);
+    total = run;
   }
   __syncthreads();
   for (int e = threadIdx.x; e < n_expert; e += kThreads) count[e] = 0;  // now the per-expert cursors
   __syncthreads();
   for (int64_t v = threadIdx.x; v < n_slots; v += kThreads) {
     const int32_t e = ids[v];
+    if (e < 0) continue;
     order[offset[e] + atomicAdd(&count[e], 1)] = int32_t(v);
   }
+  for (int64_t v = total + threadIdx.x; v < n_slots; v += kThreads) order[v] = 0;
 }
 
 }  // namespace
 
-int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots) {
-  DF_CHECK(tile_slots >= 1 && tile_slots <= kMaxTileSlots);
-  // Each expert with c slots makes ceil(c / T) <= floor(c / T) + 1 tiles, the floors sum to at most n_slots / T, and
-  // at most min(n_expert, n_slots) experts have slots.
-  return n_slots / tile_slots + std::min<int64_t>(n_expert, n_slots);
-}
-
-int32_t moe_tile_slots(gguf::GgmlType t) {
-  return t == gguf::GgmlType::Q4_0 || t == gguf::GgmlType::Q8_0 ? 32 : 8;
-}
-
 void moe_plan(const MoePlanArgs& a) {
   DF_CHECK(a.ids != nullptr && a.order != nullptr && a.tiles != nullptr);
   DF_CHECK(a.n_slots > 0 && a.n_slots <= 0x7fffffff && a.n_expert > 0 && a.n_expert <= kMaxExperts);
+  DF_CHECK(a.tile_slots >= 1 && a.tile_slots <= kMaxTileSlots);
   moe_plan_kernel<<<1, kThreads, 0, a.stream>>>(a.ids, a.n_slots, a.n_expert, a.order, a.tiles,
-                                                moe_max_tiles(a.n_slots, a.n_expert, a.tile_slots), a.tile_slots);
+                                                moe_max_tiles(a.n_slots, a.n_expert, a.tile_slots), a.tile_slots,
+                                                a.slot_of);
   DF_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,7 @@
 // Q8_0 quantization of activations on the GPU, bit for bit as cpu::Kernels::quantize_q8_0: d = amax / 127 stored as
 // f16, q = round-half-even(x * (127 / amax)). A warp per block of 32, one element per lane.
 #include "backend/cuda/common.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 

@@ -2,7 +2,7 @@
 // scale rounds to the same float except in rare ties of the double sum's order.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/rms.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "backend/cuda/common.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 

@@ -2,7 +2,7 @@
 // softmax over all experts (sum in double), the top n_used by probability with ties going to the lower id (a stable
 // sort), weights renormalized over the selected (sum in double, floored at 2^-14 as llama.cpp clamps it).
 #include "backend/cuda/common.cuh"
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
 

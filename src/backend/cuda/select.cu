@@ -1,5 +1,5 @@
 // Repeat penalty and exact top-k selection for the sampler (select.h).
-#include "diskformer/backend/cuda/check.h"
+#include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/select.h"
 #include "diskformer/util/check.h"
 

@@ -1,4 +1,4 @@
-// engine::Sampler's choice from logits that live on the GPU, with the work that grows with the vocabulary done
+// sampling::Sampler's choice from logits that live on the GPU, with the work that grows with the vocabulary done
 // there: the repeat penalty and the top-k cut run as kernels (select.h) and only the k survivors come back, where
 // Sampler::sample_top_k finishes (top-p, min-p, temperature, the seeded draw). The token equals sampler.sample() on
 // the same logits copied to the host, for every setting:
@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "diskformer/backend/cuda/buffer.h"
-#include "diskformer/engine/sampler.h"
+#include "diskformer/cudart/buffer.h"
+#include "diskformer/sampling/sampler.h"
 
 namespace df::cuda {
 
@@ -24,7 +24,7 @@ class DeviceSampler {
  public:
   // logits: [n_vocab] on the device, written by work queued on `stream` (read in stream order; the call returns
   // after its results are on the host). history as Sampler::sample.
-  int32_t sample(engine::Sampler& sampler, const float* logits, int64_t n_vocab, cudaStream_t stream,
+  int32_t sample(sampling::Sampler& sampler, const float* logits, int64_t n_vocab, cudaStream_t stream,
                  std::span<const int32_t> history);
   // Device memory of the work buffers (they grow to the largest vocabulary, k and penalty window seen).
   uint64_t device_bytes() const { return work_.size() + recent_.size() + top_v_.size() + top_i_.size(); }

@@ -9,26 +9,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "diskformer/backend/cuda/buffers.h"
 #include "diskformer/gguf/types.h"
+#include "diskformer/model/mat.h"
 #include "diskformer/model/spec.h"
 
 namespace df::cuda {
 
-// A matrix in device memory, laid out as the file stores it (model::Mat): row r at data + r * row_bytes.
-struct DMat {
-  gguf::GgmlType type = gguf::GgmlType::F32;
-  const uint8_t* data = nullptr;
-  int64_t cols = 0;
-  int64_t rows = 0;
-  uint64_t row_bytes = 0;
-};
+// Workspace sizes (q8_scratch_bytes, attention_work_bytes, moe_max_tiles, moe_tile_slots) are in buffers.h.
 
 // Weight types the matrix products take: F32, F16, BF16, Q8_0, Q4_0.
 bool matmul_type_supported(gguf::GgmlType t);
-
-// Bytes of the Q8_0 activation scratch a product with `cols` columns over `n_vec` input vectors needs
-// (0 for float weight types).
-uint64_t q8_scratch_bytes(gguf::GgmlType weight_type, int64_t cols, int64_t n_vec);
 
 // x [n_rows][cols] f32 -> y [n_rows][cols / 32] Q8_0 blocks (34 bytes each), exactly as cpu::Kernels::quantize_q8_0.
 struct QuantizeQ8Args {
@@ -48,7 +39,7 @@ void quantize_q8_0(const QuantizeQ8Args& a);
 // the plain kernel when a graph capture would have to create cuBLAS's handle). Only the f32 summation order differs.
 constexpr int64_t kMmaMinTokens = 16;
 struct MatmulArgs {
-  DMat w;
+  model::Mat w;
   const float* x = nullptr;  // [n_tok][w.cols]
   int64_t n_tok = 0;
   float* y = nullptr;        // [n_tok][w.rows]; must not alias x
@@ -66,7 +57,7 @@ void matmul(const MatmulArgs& a);
 // x is [n_tok][cols], the gate and up matrices) or row v (x_per_slot true: x is [n_tok * n_used][cols], down).
 // The ids are read on the GPU, so the router's output never visits the host.
 struct MoeMatmulArgs {
-  DMat w;                       // one expert: rows x cols
+  model::Mat w;                       // one expert: rows x cols
   uint64_t expert_stride = 0;   // bytes between experts (>= rows * row_bytes)
   int32_t n_expert = 0;         // ids outside [0, n_expert) are a bug (the router writes them)
   const int32_t* ids = nullptr; // [n_tok][n_used]
@@ -90,23 +81,23 @@ void moe_matmul(const MoeMatmulArgs& a);
 // results then equal moe_matmul's up to the f32 summation order.
 // tiles layout: tiles[0] = the number of tiles, then per tile (expert, first index into order, slot count <=
 // tile_slots).
-int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots = 8);
-// The tile size for a weight type: 32 for Q4_0/Q8_0 (the tensor-core path), 8 otherwise. A plan serves the gate, up
-// and down products alike, so a layer takes the smallest over its three types.
-int32_t moe_tile_slots(gguf::GgmlType weight_type);
+// Streamed experts plan one group of the experts a GPU tier holds at a time: ids are then indices into the group
+// (-1 for (token, slot) pairs of other groups, which are left out), and each tile names the group member's slot
+// (slot_of[index]). The order is padded to n_slots with index 0, so kernels that gather n_slots rows stay in bounds.
 struct MoePlanArgs {
-  const int32_t* ids = nullptr;  // [n_slots] expert per slot (the router's output)
+  const int32_t* ids = nullptr;  // [n_slots] expert per (token, slot) pair (the router's output), or group index
   int64_t n_slots = 0;
-  int32_t n_expert = 0;          // <= 1024
-  int32_t* order = nullptr;      // [n_slots] out: slots grouped by expert
+  int32_t n_expert = 0;          // <= 1024: experts, or the group's members
+  int32_t* order = nullptr;      // [n_slots] out: pairs grouped by expert
   int32_t* tiles = nullptr;      // [1 + 3 * moe_max_tiles(n_slots, n_expert, tile_slots)] out
   cudaStream_t stream = nullptr;
   int32_t tile_slots = 8;        // 1 .. 64; at least 8 needs no more tiles than the default
+  const int32_t* slot_of = nullptr;  // [n_expert]: a group's slots; nullptr: ids are experts, all present
 };
 void moe_plan(const MoePlanArgs& a);
 
 struct MoeGroupedMatmulArgs {
-  DMat w;                        // one expert, as MoeMatmulArgs
+  model::Mat w;                        // one expert, as MoeMatmulArgs
   uint64_t expert_stride = 0;
   int32_t n_expert = 0;
   const int32_t* order = nullptr;  // from moe_plan
@@ -187,8 +178,6 @@ struct AttentionArgs {
   int64_t n_ctx = 0;      // cache positions; sizes the split (required with work)
   float* work = nullptr;  // >= attention_work_bytes(n_tok, n_head, head_dim_v, n_ctx); nullptr: no split (slow decode)
 };
-// Bytes of the workspace attention needs for batches of up to n_tok tokens over a cache of n_ctx positions.
-uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx);
 void attention(const AttentionArgs& a);
 
 // y[i] = silu(gate[i]) * up[i] (y may be gate).
@@ -237,7 +226,7 @@ void moe_combine(const MoeCombineArgs& a);
 
 // out[i] = row ids[i] of the table, dequantized (cpu::get_row).
 struct GetRowsArgs {
-  DMat table;
+  model::Mat table;
   const int32_t* ids = nullptr;  // [n] (device), each < table.rows
   int64_t n = 0;
   float* out = nullptr;          // [n][table.cols]
@@ -266,13 +255,13 @@ constexpr int64_t kDecodeRowsPerBlock = 8;
 
 // Whether decode_matvec (and matmul's use of it) takes w for n_tok vectors: Q4_0/Q8_0 rows that start 16-byte aligned
 // (data and row_bytes multiples of 16) and n_tok <= kDecodeMaxTok.
-bool decode_matvec_supported(const DMat& w, int64_t n_tok);
+bool decode_matvec_supported(const model::Mat& w, int64_t n_tok);
 
 // y_i[t][r] = residual_i[t][r] + dot(W_i row r, x[t]) for up to 3 matrices of the same input (q, k and v; gate and
 // up) in one launch; residual_i may be null (no add) or equal y_i (the residual stream updated in place). matmul()
 // routes small Q4_0/Q8_0 products here too.
 struct DecodeMatvecPart {
-  DMat w;
+  model::Mat w;
   float* y = nullptr;                // [n_tok][w.rows]
   const float* residual = nullptr;   // [n_tok][w.rows] or null
 };
@@ -326,9 +315,9 @@ void qk_norm_rope_store(const QkNormRopeStoreArgs& a);
 // quantize_q8_0 compute them). moe_decode_down: out[t] = x[t] + sum over k in order of weights[t][k] *
 // (down_e . act[t * n_used + k]) (moe_matmul, moe_combine and add). Experts are addressed as in MoeMatmulArgs (w
 // describes expert 0; expert e at w.data + e * stride), so a pool of cached experts works through remapped ids.
-bool moe_decode_supported(const DMat& gate, const DMat& up, const DMat& down, int64_t n_tok, int32_t n_used);
+bool moe_decode_supported(const model::Mat& gate, const model::Mat& up, const model::Mat& down, int64_t n_tok, int32_t n_used);
 struct MoeDecodeGateUpArgs {
-  DMat gate, up;                     // one expert: [n_ff] x [n_embd]; n_ff % 32 == 0
+  model::Mat gate, up;                     // one expert: [n_ff] x [n_embd]; n_ff % 32 == 0
   uint64_t gate_stride = 0, up_stride = 0;
   int32_t n_expert = 0;
   const int32_t* ids = nullptr;      // [n_tok][n_used]
@@ -342,7 +331,7 @@ struct MoeDecodeGateUpArgs {
 void moe_decode_gate_up(const MoeDecodeGateUpArgs& a);
 
 struct MoeDecodeDownArgs {
-  DMat down;                         // one expert: [n_embd] x [n_ff]
+  model::Mat down;                         // one expert: [n_embd] x [n_ff]
   uint64_t down_stride = 0;
   int32_t n_expert = 0;
   const int32_t* ids = nullptr;      // [n_tok][n_used]

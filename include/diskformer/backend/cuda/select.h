@@ -1,4 +1,4 @@
-// Token selection kernels: the parts of engine::Sampler whose work grows with the vocabulary, on the GPU. The host
+// Token selection kernels: the parts of sampling::Sampler whose work grows with the vocabulary, on the GPU. The host
 // finishes with Sampler::sample_top_k on the few survivors (cuda/device_sampler.h). C++17 (included by .cu files).
 #pragma once
 

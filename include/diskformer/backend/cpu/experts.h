@@ -1,0 +1,24 @@
+// Routed experts on the CPU: each expert runs once over the rows routed to it, the gate and up products of every
+// expert of a request as one parallel job and their down products as another, so that small matrices do not each
+// pay for waking the pool. The CPU forward's MoE layers and a GPU run's CPU share of decode both compute with it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "diskformer/backend/cpu/ops.h"
+#include "diskformer/model/weights.h"
+
+namespace df::cpu {
+
+struct ExpertScratch {
+  std::vector<float> gate, up;  // [rows][n_ff_expert]
+};
+
+// in: [rows][n_embd] inputs grouped by expert: expert i's rows are [first[i], first[i + 1]) (first has
+// ew.size() + 1 entries); out: [rows][n_embd], each row its expert's SwiGLU FFN of the input row.
+void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std::span<const int64_t> first,
+                     const float* in, float* out, ExpertScratch& scratch);
+
+}  // namespace df::cpu

@@ -1,0 +1,76 @@
+// The device buffers of a GPU session, as one table: the session allocates each entry and the GPU planner counts
+// them, so the two cannot drift apart. Host code (no CUDA needed): the planner runs in every build.
+// Also the sizes of the kernels' workspaces that the table needs (they are the kernels' contracts: kernels.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "diskformer/gguf/types.h"
+#include "diskformer/model/spec.h"
+
+namespace df::cuda {
+
+// Q8_0 activations of a product with `cols` columns over n_vec input vectors (34-byte blocks of 32); 0 for float
+// weight types, which take f32, f16 or bf16 activations converted in place.
+uint64_t q8_scratch_bytes(gguf::GgmlType weight_type, int64_t cols, int64_t n_vec);
+
+// The split attention's workspace for batches of up to n_tok tokens over n_ctx positions: parts of at least
+// kAttentionMinPart positions, at most kAttentionMaxSlots (token, part) pairs per head, each holding head_dim_v
+// partial sums plus a maximum and a sum.
+constexpr int kAttentionMinPart = 16;
+constexpr int kAttentionMaxSlots = 128;
+uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx);
+
+// moe_plan's tiles for n_slots (token, slot) pairs over n_expert experts: each expert with c slots makes at most
+// c / tile_slots + 1 tiles.
+int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots = 8);
+// The tile size for a weight type: 32 for Q4_0/Q8_0 (the tensor-core path), 8 otherwise. A plan serves the gate, up
+// and down products alike, so a layer takes the smallest over its three types.
+int32_t moe_tile_slots(gguf::GgmlType weight_type);
+
+enum class Buf : int {
+  k_cache,     // [n_layer][n_ctx][kv_dim_k] f16
+  v_cache,     // [n_layer][n_ctx][kv_dim_v] f16
+  rope,        // [n_ctx][n_rot / 2][cos, sin] f32
+  tok, pos,    // [max_batch] int32
+  x, xn, proj,  // [max_batch][n_embd] f32: residual, normed input, sublayer output
+  q, k, v,     // [max_batch][q_dim | kv_dim_k | kv_dim_v] f32
+  attn,        // [max_batch][n_head * head_dim_v] f32
+  attn_work,   // attention_work_bytes
+  gate, up,    // [max_batch][max(n_ff, n_used * n_ff_expert)] f32
+  router,      // [max_batch][n_expert] f32
+  ids, wts,    // [max_batch][n_used] int32 / f32: the router's choices
+  expert_out,  // [max_batch][n_used][n_embd] f32
+  order,       // [max_batch * n_used] int32: moe_plan's order (grouped experts)
+  tiles,       // [1 + 3 * moe_max_tiles(max_batch * n_used, n_expert)] int32
+  gathered,    // [max_batch * n_used][max(n_embd, n_ff_expert)] f32: grouped inputs in plan order
+  scratch,     // Q8_0 activations of the widest product over max_batch * n_used vectors
+  logits,      // [n_vocab] f32 (grown by evals that keep every token's logits)
+  next,        // [1] int32: argmax
+  // Streamed experts only:
+  act,         // [max_batch * n_used][n_ff_expert] f32: SwiGLU outputs
+  plan,        // one group's plan: [nk] local ids, [nk] slot map, [nk] order, tiles; fused decode: 3 nk
+  xq_stream,   // [max_batch][n_embd / 32] Q8_0 blocks of xn
+  guess,       // decode's look-ahead: [n_embd] normed row, [n_expert] router logits, [n_used] ids and weights
+  count
+};
+constexpr int kBufCount = int(Buf::count);
+const char* buf_name(Buf b);
+
+struct SessionShape {
+  uint32_t n_ctx = 4096;
+  uint32_t max_batch = 512;
+  bool grouped_experts = true;
+  bool streams_experts = false;
+};
+
+struct BufferTable {
+  std::array<uint64_t, kBufCount> bytes{};  // 0: not allocated
+  uint64_t operator[](Buf b) const { return bytes[size_t(b)]; }
+  uint64_t total() const;
+};
+
+BufferTable session_buffers(const model::ModelSpec& spec, const SessionShape& shape);
+
+}  // namespace df::cuda

@@ -1,0 +1,92 @@
+// The GPU residency plan: what stays in GPU memory for the whole run and how many expert records the GPU tier
+// holds, from the model's shape and a GPU memory budget. Host-only arithmetic over the session's buffer table
+// (buffers.h) and the tier's slot layout (cache/planes.h): the engine allocates by the same two.
+//
+//   resident = CUDA context reserve + token embeddings (or none: rows read from pinned host RAM) + output head
+//              + every layer's attention, norms and router (+ dense FFNs of dense models)
+//              + a session's buffers (KV cache included) + a margin
+//   pool     = slots x record, one (layer, expert) record = gate + up + down rows of one expert
+//   slots    = (budget - resident) / record, capped at n_layer x n_expert (then every expert is resident)
+//
+// The budget is GPU memory as nvidia-smi counts it for the process, so the CUDA context is part of it. A budget that
+// cannot hold the resident part plus two tokens' experts of one layer (2 x n_expert_used slots) is refused with the
+// itemized numbers. Dense models do not stream on the GPU: the budget must hold the whole model.
+//
+// Sizes assume resident weights packed into few large allocations (pieces 256-byte aligned) and the pool into one: a
+// cudaMalloc per tensor may round each large tensor up to the driver's 2 MiB pages, which the margin does not cover.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "diskformer/backend/cuda/buffers.h"
+#include "diskformer/cache/planes.h"
+#include "diskformer/model/records.h"
+#include "diskformer/model/spec.h"
+#include "diskformer/model/weights.h"
+#include "diskformer/util/result.h"
+
+namespace df::cuda {
+
+// The CUDA context and cuBLAS workspace of one process on an H200 with CUDA 12 measure a little under this; the
+// engine passes what it measured (device memory in use right after initialization) instead.
+constexpr uint64_t kGpuContextBytes = 512ull << 20;
+// Slack for the driver rounding the session's buffers to its pages, and the streaming engine's small tables.
+constexpr uint64_t kGpuMarginBytes = 32ull << 20;
+
+struct GpuPlanOptions {
+  std::optional<uint64_t> budget;  // bytes of GPU memory, context included; nullopt = everything resident
+  uint32_t n_ctx = 4096;           // KV cache positions
+  uint32_t max_batch = 512;        // tokens per forward pass
+  uint64_t context_bytes = kGpuContextBytes;
+};
+
+// The resident part, itemized. Weight items are tensor bytes as the GPU stores them (rows x row_bytes), each rounded
+// up to 256 bytes.
+struct GpuResident {
+  uint64_t context = 0;     // CUDA context + cuBLAS workspace (GpuPlanOptions::context_bytes)
+  uint64_t token_embd = 0;  // [n_vocab] x [n_embd]
+  uint64_t output = 0;      // output head [n_vocab] x [n_embd]; 0 when tied to token_embd
+  uint64_t attention = 0;   // wq, wk, wv, wo of every layer
+  uint64_t norms = 0;       // attn, ffn, q and k norms of every layer, and output_norm (f32)
+  uint64_t routers = 0;     // ffn_gate_inp of every MoE layer ([n_expert] x [n_embd])
+  uint64_t dense_ffn = 0;   // ffn_gate, ffn_up, ffn_down of dense layers
+  uint64_t kv_cache = 0;    // f16 [n_layer][n_ctx][kv_dim_k + kv_dim_v]
+  uint64_t work = 0;        // the session's other buffers at max_batch (buffers.h)
+  uint64_t margin = 0;      // kGpuMarginBytes
+
+  uint64_t weights() const { return token_embd + output + attention + norms + routers + dense_ffn; }
+  uint64_t total() const { return context + weights() + kv_cache + work + margin; }
+};
+
+struct GpuPlan {
+  bool stream_experts = false;  // routed experts through the GPU tier (else every weight resident)
+  std::optional<uint64_t> budget;
+  uint32_t n_ctx = 0, max_batch = 0;
+  GpuResident resident;
+  uint64_t record_bytes = 0;  // one GPU slot: gate + up + down planes (the largest over layers); 0 for dense models
+  uint32_t n_records = 0;     // n_layer x n_expert: the records a fully resident model holds
+  uint32_t min_slots = 0;     // 2 x n_expert_used: the fewest slots a budget must hold
+  uint32_t slots = 0;         // records the pool holds; n_records when nothing streams
+  // Streaming with an untied output head: the token embeddings stay in pinned host RAM (a token's row is read from
+  // there; resident.token_embd is 0). A tied head reads every row every token, so they stay on the GPU.
+  bool token_embd_on_host = false;
+
+  uint64_t pool_bytes() const { return uint64_t(slots) * record_bytes; }
+  uint64_t total_bytes() const { return resident.total() + pool_bytes(); }
+  double resident_fraction() const { return n_records ? double(slots) / n_records : 1.0; }  // of all experts
+  std::string mode_name() const { return stream_experts ? "experts streamed" : "all resident"; }
+  std::string describe() const;  // one line for logs
+  nlohmann::json to_json() const;
+};
+
+// Where each part of an expert record lies in its RAM image (gate, up, down), per layer: the GPU tier's planes.
+std::vector<std::vector<cache::PartPlace>> expert_planes(const model::RecordLayouts& layouts);
+
+Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors& tensors,
+                         const model::RecordLayouts& layouts, const GpuPlanOptions& options);
+
+}  // namespace df::cuda

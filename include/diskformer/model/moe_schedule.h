@@ -1,0 +1,55 @@
+// Where the routed experts of one MoE layer run, for every backend and residency: given the router's choices, what
+// the compute tier (the GPU tier, or the RAM tier on the CPU backend) holds, and the rates measured so far, it
+// returns
+//   - the groups of experts the compute tier makes resident one after another (each group at most `max_group`;
+//     with `overlap`, groups of half that once the experts outgrow it, so the next group's loads run under this
+//     group's products);
+//   - the experts the CPU computes from RAM instead (decode under a GPU budget): of those the compute tier misses
+//     and RAM holds, as many as finish no later than the copies of the rest, from the measured per-byte rates;
+//   - what to read ahead for the next layer in each tier, from a guess of its experts (its router applied to the
+//     current hidden state): into the compute tier what RAM holds, into RAM what it does not.
+// Host code with no GPU in it; the forward passes execute what it says.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace df::model {
+
+struct MoeStep {
+  std::span<const int32_t> ids;  // [n_tok][n_used]: the router's choices
+  int32_t n_tok = 0, n_used = 0, n_expert = 0;
+  uint32_t max_group = 0;        // experts the compute tier can hold at once (>= n_used)
+  bool overlap = false;          // split into half-size groups once the experts do not fit in one
+  // Missing experts may be computed on the CPU (one token, a GPU tier over RAM the CPU can read).
+  bool cpu_share = false;
+  std::function<bool(int32_t)> resident;  // expert e is in the compute tier now (nullptr: none is)
+  std::function<bool(int32_t)> in_ram;    // expert e is in RAM now, for the CPU to read (nullptr: all are)
+  uint64_t record_bytes = 0;     // of one expert
+  double copy_s_per_byte = 0;    // into the compute tier, as measured (0: not yet; a guess of 50 GB/s stands in)
+  double cpu_s_per_byte = 0;     // the CPU computing an expert, per weight byte (0: not yet; 20 GB/s stands in)
+  // The next layer: its guessed experts and what its tiers hold (nullptr: hold nothing).
+  std::span<const int32_t> guess;
+  std::function<bool(int32_t)> next_resident, next_in_ram;
+};
+
+struct MoeSchedule {
+  std::vector<int32_t> distinct;  // every routed expert once, in first-use order
+  std::vector<int32_t> gpu;       // distinct less the CPU's, in that order; groups cut it
+  std::vector<int32_t> where;     // [n_expert]: index into gpu, -1 where not routed or on the CPU
+  std::vector<std::pair<int32_t, int32_t>> groups;  // [first, end) ranges of gpu
+  std::vector<int32_t> cpu;       // experts the CPU computes, in routing order
+  std::vector<int32_t> prefetch_compute, prefetch_ram;  // the next layer's reads ahead per tier
+  int64_t missed = 0;             // distinct experts the compute tier did not hold (the CPU's share included)
+};
+
+// Fills `out` (its vectors are reused from call to call).
+void schedule_moe(const MoeStep& step, MoeSchedule& out);
+
+// The CPU's share of `missed` experts that would otherwise be copied: c minimizing max(c * cpu, (missed - c) * copy)
+// (ties: fewer on the CPU).
+int64_t cpu_share_count(int64_t missed, double cpu_s_per_expert, double copy_s_per_expert);
+
+}  // namespace df::model

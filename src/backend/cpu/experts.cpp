@@ -1,0 +1,31 @@
+#include "diskformer/backend/cpu/experts.h"
+
+#include "diskformer/util/check.h"
+
+namespace df::cpu {
+
+void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std::span<const int64_t> first,
+                     const float* in, float* out, ExpertScratch& scratch) {
+  DF_CHECK(first.size() == ew.size() + 1);
+  if (ew.empty()) return;
+  const int64_t E = ew[0].gate.cols, F = ew[0].gate.rows, rows = first.back();
+  if (scratch.gate.size() < uint64_t(rows * F)) scratch.gate.resize(uint64_t(rows * F));
+  if (scratch.up.size() < uint64_t(rows * F)) scratch.up.resize(uint64_t(rows * F));
+  std::vector<MatmulJob> jobs;
+  jobs.reserve(2 * ew.size());
+  for (size_t i = 0; i < ew.size(); ++i) {
+    const int64_t m = first[i + 1] - first[i];
+    jobs.push_back({&ew[i].gate, in + first[i] * E, m, scratch.gate.data() + first[i] * F});
+    jobs.push_back({&ew[i].up, in + first[i] * E, m, scratch.up.data() + first[i] * F});
+  }
+  matmul_many(ctx, jobs);
+  swiglu(scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
+  jobs.clear();
+  for (size_t i = 0; i < ew.size(); ++i) {
+    const int64_t m = first[i + 1] - first[i];
+    jobs.push_back({&ew[i].down, scratch.gate.data() + first[i] * F, m, out + first[i] * E});
+  }
+  matmul_many(ctx, jobs);
+}
+
+}  // namespace df::cpu

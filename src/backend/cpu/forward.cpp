@@ -1,0 +1,226 @@
+#include "diskformer/backend/cpu/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "diskformer/util/check.h"
+
+namespace df::cpu {
+
+namespace {
+template <typename T>
+void ensure(std::vector<T>& v, uint64_t n) {
+  if (v.size() < n) v.resize(n);
+}
+}  // namespace
+
+Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t E = s_.n_embd;
+  if (n == 0) return Error{"forward: empty batch"};
+  if (kv.n_past + n > kv.n_ctx)
+    return Error{"context overflow: " + std::to_string(kv.n_past) + " positions used + " + std::to_string(n) +
+                 " new tokens exceed the context size " + std::to_string(kv.n_ctx) + " (-c)"};
+  for (int64_t t = 0; t < n; ++t)
+    if (tokens[t] < 0 || uint32_t(tokens[t]) >= s_.n_vocab)
+      return Error{"token id " + std::to_string(tokens[t]) + " at batch position " + std::to_string(t) +
+                   " is outside the vocabulary of " + std::to_string(s_.n_vocab)};
+
+  ensure(b_.x, n * E);
+  ensure(b_.xn, n * E);
+  ensure(b_.proj, n * E);
+  for (int64_t t = 0; t < n; ++t) get_row(w_.token_embd, tokens[t], b_.x.data() + t * E);
+
+  model::LayerWeights streamed;
+  for (uint32_t il = 0; il < s_.n_layer; ++il) {
+    const model::LayerWeights* lw = nullptr;
+    if (!w_.layers.empty()) {
+      lw = &w_.layers[il];
+    } else {
+      // The next layer (the first again after the last: the next token starts there) is read while this one
+      // computes.
+      layer_pin_.release();
+      const int32_t zero = 0;
+      DF_ASSIGN(layer_pin_, w_.layer_tier->acquire(il, std::span<const int32_t>(&zero, 1)));
+      w_.layer_tier->prefetch((il + 1) % s_.n_layer, std::span<const int32_t>(&zero, 1));
+      streamed = model::layer_at(w_.layouts->layers[il], layer_pin_.data(0));
+      lw = &streamed;
+    }
+    // Attention sublayer with a residual connection.
+    for (int64_t t = 0; t < n; ++t)
+      rms_norm(b_.x.data() + t * E, lw->attn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    DF_TRY(attention_block(*lw, il, n, kv));
+    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    guess_.clear();
+    if (n == 1 && il + 1 < s_.n_layer) guess_experts(il + 1);
+    // Feed-forward sublayer with a residual connection.
+    for (int64_t t = 0; t < n; ++t)
+      rms_norm(b_.x.data() + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    if (s_.moe()) {
+      DF_TRY(moe_ffn(*lw, il, n));
+    } else {
+      dense_ffn(*lw, n);
+    }
+    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+  }
+  layer_pin_.release();
+  kv.n_past += static_cast<uint32_t>(n);
+
+  const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
+  for (int64_t t = first; t < n; ++t)
+    rms_norm(b_.x.data() + t * E, w_.output_norm.f32(), E, s_.norm_eps, b_.xn.data() + (t - first) * E);
+  b_.logits.resize(uint64_t(n_out) * s_.n_vocab);
+  matmul(ctx_, w_.output, b_.xn.data(), n_out, b_.logits.data());
+  stats_.tokens += uint64_t(n);
+  return {};
+}
+
+void Forward::guess_experts(uint32_t next) {
+  // The next block's norm and router applied to the current residual pick its experts well enough to start their
+  // reads while this block's experts compute. Worth the router product only where experts stream.
+  if (!s_.moe() || !w_.expert_tier || w_.expert_tier->resident() || w_.layers.empty()) return;
+  const model::LayerWeights& lw = w_.layers[next];
+  const int64_t E = s_.n_embd, X = s_.n_expert;
+  std::vector<float> xn(E), p(X);
+  rms_norm(b_.x.data(), lw.ffn_norm.f32(), E, s_.norm_eps, xn.data());
+  Context one{.kernels = ctx_.kernels};
+  matmul(one, lw.gate_inp, xn.data(), 1, p.data());
+  guess_.resize(X);
+  std::iota(guess_.begin(), guess_.end(), 0);
+  std::partial_sort(guess_.begin(), guess_.begin() + s_.n_expert_used, guess_.end(),
+                    [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+  guess_.resize(s_.n_expert_used);
+}
+
+Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv) {
+  const int hk = int(s_.head_dim_k), hv = int(s_.head_dim_v);
+  const int64_t qd = s_.q_dim(), kd = s_.kv_dim_k(), vd = s_.kv_dim_v();
+  ensure(b_.q, n * qd);
+  ensure(b_.k, n * kd);
+  ensure(b_.v, n * vd);
+  ensure(b_.attn, n * int64_t(s_.n_head) * hv);
+  const MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q.data()},
+                           {&lw.wk, b_.xn.data(), n, b_.k.data()},
+                           {&lw.wv, b_.xn.data(), n, b_.v.data()}};
+  matmul_many(ctx_, qkv);
+  for (int64_t t = 0; t < n; ++t) {
+    float* q = b_.q.data() + t * qd;
+    float* k = b_.k.data() + t * kd;
+    if (s_.qk_norm) {
+      for (uint32_t h = 0; h < s_.n_head; ++h) rms_norm(q + h * hk, lw.q_norm.f32(), hk, s_.norm_eps, q + h * hk);
+      for (uint32_t h = 0; h < s_.n_head_kv; ++h) rms_norm(k + h * hk, lw.k_norm.f32(), hk, s_.norm_eps, k + h * hk);
+    }
+    const int64_t pos = kv.n_past + t;
+    rope(q, int(s_.n_head), hk, int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
+    rope(k, int(s_.n_head_kv), hk, int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
+    ctx_.kernels->to_f16(k, kv.k_at(il, uint32_t(pos)), kd);
+    ctx_.kernels->to_f16(b_.v.data() + t * vd, kv.v_at(il, uint32_t(pos)), vd);
+  }
+  attention(ctx_, {.q = b_.q.data(),
+                   .k = kv.k_at(il, 0),
+                   .v = kv.v_at(il, 0),
+                   .out = b_.attn.data(),
+                   .n_head = int(s_.n_head),
+                   .n_head_kv = int(s_.n_head_kv),
+                   .head_dim_k = hk,
+                   .head_dim_v = hv,
+                   .pos0 = kv.n_past,
+                   .n_tok = n,
+                   .scale = 1.0f / std::sqrt(float(hk))});
+  matmul(ctx_, lw.wo, b_.attn.data(), n, b_.proj.data());
+  return {};
+}
+
+void Forward::dense_ffn(const model::LayerWeights& lw, int64_t n) {
+  const int64_t F = s_.n_ff;
+  ensure(b_.gate, n * F);
+  ensure(b_.up, n * F);
+  const MatmulJob gate_up[] = {{&lw.ffn_gate, b_.xn.data(), n, b_.gate.data()},
+                               {&lw.ffn_up, b_.xn.data(), n, b_.up.data()}};
+  matmul_many(ctx_, gate_up);
+  swiglu(b_.gate.data(), b_.up.data(), n * F, b_.gate.data());
+  matmul(ctx_, lw.ffn_down, b_.gate.data(), n, b_.proj.data());
+}
+
+Status Forward::moe_ffn(const model::LayerWeights& lw, uint32_t il, int64_t n) {
+  const int64_t E = s_.n_embd, X = s_.n_expert, K = s_.n_expert_used;
+  ensure(b_.router, n * X);
+  ensure(b_.expert_out, n * K * E);
+  matmul(ctx_, lw.gate_inp, b_.xn.data(), n, b_.router.data());
+
+  // Routing: softmax over all experts, the top K by probability, weights renormalized over the K.
+  std::vector<int32_t> sel(n * K);
+  std::vector<float> wsel(n * K);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> users(X);  // expert -> (token, slot k)
+  for (int64_t t = 0; t < n; ++t) {
+    float* p = b_.router.data() + t * X;
+    softmax(p, X);
+    std::vector<int32_t> order(X);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    double sum = 0.0;
+    for (int64_t k = 0; k < K; ++k) sum += double(p[order[k]]);
+    const float fsum = std::max(float(sum), 6.103515625e-5f);
+    for (int64_t k = 0; k < K; ++k) {
+      sel[t * K + k] = order[k];
+      wsel[t * K + k] = s_.norm_topk ? p[order[k]] / fsum : p[order[k]];
+      users[order[k]].push_back({t, k});
+    }
+  }
+  stats_.expert_uses += uint64_t(n * K);
+  if (routing_) routing_->record(il, sel.data(), n);
+
+  cache::RecordTier& tier = *w_.expert_tier;
+  const uint32_t next = il + 1;
+  model::schedule_moe({.ids = sel, .n_tok = int32_t(n), .n_used = int32_t(K), .n_expert = int32_t(X),
+                       .max_group = tier.max_acquire(),
+                       .guess = guess_,
+                       .next_resident = [&](int32_t e) { return tier.contains(next, e); }},
+                      schedule_);
+  const model::ExpertLayout& layout = w_.layouts->experts[il];
+  // Each group of experts is made resident at once; each expert runs once over the tokens routed to it and its
+  // outputs land in the (token, slot) rows.
+  std::vector<model::ExpertWeights> ew;
+  std::vector<int64_t> first;
+  for (size_t g = 0; g < schedule_.groups.size(); ++g) {
+    const auto [g0, g1] = schedule_.groups[g];
+    std::span<const int32_t> ids(schedule_.gpu.data() + g0, size_t(g1 - g0));
+    DF_ASSIGN(cache::Pins pins, tier.acquire(il, ids));
+    // Reads ahead for the next layer start once this group's records are pinned, so they never take its slots.
+    if (g == 0 && !schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);
+    ew.clear();
+    first.assign(1, 0);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ew.push_back(model::expert_at(layout, pins.data(i)));
+      first.push_back(first.back() + int64_t(users[ids[i]].size()));
+    }
+    const int64_t m_all = first.back();
+    ensure(b_.gather, m_all * E);
+    ensure(b_.down, m_all * E);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto& u = users[ids[i]];
+      for (size_t j = 0; j < u.size(); ++j)
+        std::copy_n(b_.xn.data() + u[j].first * E, E, b_.gather.data() + (first[i] + int64_t(j)) * E);
+    }
+    expert_products(ctx_, ew, first, b_.gather.data(), b_.down.data(), b_.experts);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto& u = users[ids[i]];
+      for (size_t j = 0; j < u.size(); ++j)
+        std::copy_n(b_.down.data() + (first[i] + int64_t(j)) * E, E,
+                    b_.expert_out.data() + (u[j].first * K + u[j].second) * E);
+    }
+  }
+  // Weighted sum in routing order, as llama.cpp adds the experts' views one after another.
+  for (int64_t t = 0; t < n; ++t) {
+    float* out = b_.proj.data() + t * E;
+    for (int64_t k = 0; k < K; ++k) {
+      const float* eo = b_.expert_out.data() + (t * K + k) * E;
+      const float w = wsel[t * K + k];
+      for (int64_t i = 0; i < E; ++i) out[i] = k == 0 ? eo[i] * w : out[i] + eo[i] * w;
+    }
+  }
+  return {};
+}
+
+}  // namespace df::cpu

@@ -1,0 +1,93 @@
+#include "diskformer/backend/cuda/buffers.h"
+
+#include <algorithm>
+
+namespace df::cuda {
+
+namespace {
+constexpr uint64_t kQ8Bytes = 34;  // one Q8_0 block: f16 scale + 32 int8
+bool quantized(gguf::GgmlType t) { return t == gguf::GgmlType::Q4_0 || t == gguf::GgmlType::Q8_0; }
+}  // namespace
+
+uint64_t q8_scratch_bytes(gguf::GgmlType t, int64_t cols, int64_t n_vec) {
+  return quantized(t) ? uint64_t(cols / 32) * kQ8Bytes * uint64_t(n_vec) : 0;
+}
+
+uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx) {
+  if (n_tok <= 0 || n_ctx <= 0) return 0;
+  // A batch of n <= n_tok tokens uses n * (its split) <= this many parts per head.
+  const int64_t parts = (n_ctx + kAttentionMinPart - 1) / kAttentionMinPart;
+  const int64_t slots = std::min<int64_t>(kAttentionMaxSlots, std::min<int64_t>(n_tok, kAttentionMaxSlots) * parts);
+  return uint64_t(n_head) * uint64_t(slots) * uint64_t(head_dim_v + 2) * 4;
+}
+
+int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots) {
+  // Each expert with c slots makes ceil(c / T) <= floor(c / T) + 1 tiles, the floors sum to at most n_slots / T, and
+  // at most min(n_expert, n_slots) experts have slots.
+  return n_slots / std::max(tile_slots, 1) + std::min<int64_t>(n_expert, n_slots);
+}
+
+int32_t moe_tile_slots(gguf::GgmlType t) { return quantized(t) ? 32 : 8; }
+
+const char* buf_name(Buf b) {
+  static const char* const names[kBufCount] = {
+      "KV cache (keys)", "KV cache (values)", "RoPE table", "token ids", "positions", "residual stream",
+      "normed activations", "sublayer outputs", "queries", "keys", "values", "attention outputs",
+      "attention partial results", "gate activations", "up activations", "router logits", "expert ids",
+      "expert weights", "expert outputs", "expert order", "expert tiles", "expert inputs",
+      "quantized activations", "logits", "the next token", "streamed experts' activations",
+      "streamed experts' plans", "streamed experts' quantized inputs", "look-ahead routing"};
+  return names[int(b)];
+}
+
+uint64_t BufferTable::total() const {
+  uint64_t t = 0;
+  for (uint64_t b : bytes) t += b;
+  return t;
+}
+
+BufferTable session_buffers(const model::ModelSpec& s, const SessionShape& sh) {
+  BufferTable t;
+  auto set = [&](Buf b, uint64_t n) { t.bytes[size_t(b)] = n; };
+  const uint64_t B = std::min(sh.max_batch, sh.n_ctx), C = sh.n_ctx, E = s.n_embd;
+  const uint64_t K = std::max<uint32_t>(s.n_expert_used, 1), nk = B * K;
+  const uint64_t ff = std::max<uint64_t>(s.n_ff, uint64_t(s.n_expert_used) * s.n_ff_expert);
+  set(Buf::k_cache, uint64_t(s.n_layer) * C * s.kv_dim_k() * 2);
+  set(Buf::v_cache, uint64_t(s.n_layer) * C * s.kv_dim_v() * 2);
+  set(Buf::rope, std::max<uint64_t>(C * (s.n_rot / 2) * 2 * 4, 4));
+  set(Buf::tok, B * 4);
+  set(Buf::pos, B * 4);
+  for (Buf b : {Buf::x, Buf::xn, Buf::proj}) set(b, B * E * 4);
+  set(Buf::q, B * s.q_dim() * 4);
+  set(Buf::k, B * s.kv_dim_k() * 4);
+  set(Buf::v, B * s.kv_dim_v() * 4);
+  set(Buf::attn, B * s.n_head * s.head_dim_v * 4);
+  set(Buf::attn_work, attention_work_bytes(int64_t(B), int(s.n_head), int(s.head_dim_v), int64_t(C)));
+  set(Buf::gate, B * ff * 4);
+  set(Buf::up, B * ff * 4);
+  if (s.moe()) {
+    set(Buf::router, B * s.n_expert * 4);
+    set(Buf::ids, nk * 4);
+    set(Buf::wts, nk * 4);
+    set(Buf::expert_out, nk * E * 4);
+    if (sh.grouped_experts || sh.streams_experts) {
+      set(Buf::order, nk * 4);
+      set(Buf::tiles, (1 + 3 * uint64_t(moe_max_tiles(int64_t(nk), int32_t(s.n_expert)))) * 4);
+      set(Buf::gathered, nk * std::max<uint64_t>(E, s.n_ff_expert) * 4);
+    }
+  }
+  // The widest input of any product, for the most input vectors (the experts' down projection has B * K).
+  const uint64_t max_cols = std::max<uint64_t>({E, uint64_t(s.n_head) * s.head_dim_v, s.n_ff, s.n_ff_expert});
+  set(Buf::scratch, (max_cols / 32 + 1) * kQ8Bytes * nk);
+  set(Buf::logits, uint64_t(s.n_vocab) * 4);
+  set(Buf::next, 4);
+  if (s.moe() && sh.streams_experts) {
+    set(Buf::act, nk * s.n_ff_expert * 4);
+    set(Buf::plan, (3 * nk + 1 + 3 * uint64_t(moe_max_tiles(int64_t(nk), int32_t(nk), 1))) * 4);
+    set(Buf::xq_stream, (E / 32) * kQ8Bytes * B);
+    set(Buf::guess, (E + s.n_expert + 2 * K) * 4);
+  }
+  return t;
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,327 @@
+#include "backend/cuda/experts.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "diskformer/backend/cuda/kernels.h"
+#include "diskformer/cudart/check.h"
+#include "diskformer/cudart/pinned.h"
+#include "diskformer/util/check.h"
+
+namespace df::cuda {
+
+namespace {
+
+// Grows a pinned host buffer to at least `bytes` (the stream must not be reading the old one).
+void reserve_pinned(io::AlignedBuffer& b, uint64_t bytes) {
+  if (b.size() >= bytes) return;
+  auto r = io::AlignedBuffer::allocate(bytes, 64, pinned_host_allocator());
+  DF_CHECK(r.ok());  // small (ids and plans of one batch); failing here means the host is out of locked memory
+  b = std::move(*r);
+}
+
+}  // namespace
+
+void RoutedExperts::guess(const GpuLayer& next, int64_t n) {
+  guessed_ = false;
+  if (n != 1 || !m_.streamed || !m_.streamed->prefetch) return;
+  const model::ModelSpec& s = m_.spec;
+  const int64_t E = s.n_embd, X = s.n_expert, K = s.n_expert_used;
+  float* g = at<float>(Buf::guess);
+  float* logits = g + E;
+  int32_t* ids = reinterpret_cast<int32_t*>(g + E + X);
+  rms_norm({.x = at<float>(Buf::x), .weight = next.ffn_norm.f32(), .y = g, .n_rows = 1, .cols = E, .eps = s.norm_eps,
+            .stream = m_.stream});
+  matmul({.w = next.gate_inp, .x = g, .n_tok = 1, .y = logits, .scratch = at<uint8_t>(Buf::scratch),
+          .stream = m_.stream});
+  route({.logits = logits, .n_tok = 1, .n_expert = int(X), .n_used = int(K), .norm_topk = s.norm_topk, .ids = ids,
+         .weights = reinterpret_cast<float*>(ids + K), .stream = m_.stream});
+  guessed_ = true;
+}
+
+void RoutedExperts::run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused) {
+  if (m_.streamed) {
+    streamed(il, n, xq, fused);
+  } else {
+    resident(l, n, xq, fused);
+  }
+}
+
+model::ExpertWeights RoutedExperts::matrices(const GpuLayer& l, uint32_t il) const {
+  if (!m_.streamed) return {l.gate_exps, l.up_exps, l.down_exps};
+  const model::ExpertLayout& x = m_.streamed->layouts->experts[il];
+  const cache::DeviceTier& t = *m_.streamed->gpu;
+  return {x.gate.at(t.plane(0)), x.up.at(t.plane(1)), x.down.at(t.plane(2))};
+}
+
+void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused) {
+  const model::ModelSpec& s = m_.spec;
+  const int K = int(s.n_expert_used);
+  int32_t* ids = at<int32_t>(Buf::ids);
+  if (fused) {
+    // up holds the experts' Q8_0 activations ([n * K][n_ff_expert / 32] blocks, fewer bytes than its floats).
+    uint8_t* act_q8 = at<uint8_t>(Buf::up);
+    moe_decode_gate_up({.gate = l.gate_exps, .up = l.up_exps, .gate_stride = l.gate_stride, .up_stride = l.up_stride,
+                        .n_expert = int32_t(s.n_expert), .ids = ids, .n_tok = n, .n_used = K, .x_q8 = xq,
+                        .act_q8 = act_q8, .stream = m_.stream});
+    moe_decode_down({.down = l.down_exps, .down_stride = l.down_stride, .n_expert = int32_t(s.n_expert), .ids = ids,
+                     .weights = at<float>(Buf::wts), .n_tok = n, .n_used = K, .act_q8 = act_q8,
+                     .x = at<float>(Buf::x), .out = at<float>(Buf::x), .stream = m_.stream});
+    return;
+  }
+  const float* xn = at<float>(Buf::xn);
+  uint8_t* scratch = at<uint8_t>(Buf::scratch);
+  float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
+  if (grouped_ && n > 1) {
+    const int64_t n_slots = n * K;
+    // Quantized experts take tiles of 32 slots on the tensor cores (tiles is sized for 8, which needs the most).
+    const int32_t ts = std::min({moe_tile_slots(l.gate_exps.type), moe_tile_slots(l.up_exps.type),
+                                 moe_tile_slots(l.down_exps.type)});
+    moe_plan({.ids = ids, .n_slots = n_slots, .n_expert = int32_t(s.n_expert), .order = at<int32_t>(Buf::order),
+              .tiles = at<int32_t>(Buf::tiles), .stream = m_.stream, .tile_slots = ts});
+    const MoeGroupedMatmulArgs gb{.n_expert = int32_t(s.n_expert), .order = at<int32_t>(Buf::order),
+                                  .tiles = at<int32_t>(Buf::tiles), .n_slots = n_slots, .n_used = K,
+                                  .gathered = at<float>(Buf::gathered), .scratch = scratch, .stream = m_.stream,
+                                  .tile_slots = ts};
+    MoeGroupedMatmulArgs g = gb, u = gb, d = gb;
+    g.w = l.gate_exps, g.expert_stride = l.gate_stride, g.x = xn, g.y = gate;
+    u.w = l.up_exps, u.expert_stride = l.up_stride, u.x = xn, u.y = up;
+    if (ts > 8) {  // gate and up read the same Q8_0 rows of xn, one per token
+      quantize_q8_0({.x = xn, .y = scratch, .n_rows = n, .cols = int64_t(s.n_embd), .stream = m_.stream});
+      g.x_q8 = u.x_q8 = scratch;
+    }
+    moe_matmul_grouped(g);
+    moe_matmul_grouped(u);
+    swiglu({.gate = gate, .up = up, .y = gate, .n = n_slots * int64_t(s.n_ff_expert), .stream = m_.stream});
+    d.w = l.down_exps, d.expert_stride = l.down_stride, d.x = gate, d.x_per_slot = true,
+    d.y = at<float>(Buf::expert_out);
+    moe_matmul_grouped(d);
+  } else {
+    ungrouped(l, n);
+  }
+  moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = at<float>(Buf::wts), .out = at<float>(Buf::proj),
+               .n_tok = n, .n_embd = int64_t(s.n_embd), .n_used = K, .stream = m_.stream});
+  add({.x = at<float>(Buf::x), .y = at<float>(Buf::proj), .n = n * int64_t(s.n_embd), .stream = m_.stream});
+}
+
+// One (token, slot) per block column: batches without grouped experts.
+void RoutedExperts::ungrouped(const GpuLayer& l, int64_t n) {
+  const model::ModelSpec& s = m_.spec;
+  const int K = int(s.n_expert_used);
+  const float* xn = at<float>(Buf::xn);
+  float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
+  const MoeMatmulArgs base{.n_expert = int32_t(s.n_expert), .ids = at<int32_t>(Buf::ids), .n_tok = n, .n_used = K,
+                           .scratch = at<uint8_t>(Buf::scratch), .stream = m_.stream};
+  MoeMatmulArgs g = base, u = base, d = base;
+  g.w = l.gate_exps, g.expert_stride = l.gate_stride, g.x = xn, g.y = gate;
+  u.w = l.up_exps, u.expert_stride = l.up_stride, u.x = xn, u.y = up;
+  moe_matmul(g);
+  moe_matmul(u);
+  swiglu({.gate = gate, .up = up, .y = gate, .n = n * K * int64_t(s.n_ff_expert), .stream = m_.stream});
+  d.w = l.down_exps, d.expert_stride = l.down_stride, d.x = gate, d.x_per_slot = true, d.y = at<float>(Buf::expert_out);
+  moe_matmul(d);
+}
+
+void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused) {
+  if (!status_.ok()) return;  // an earlier layer's read failed: eval reports it
+  const model::ModelSpec& s = m_.spec;
+  const StreamedExperts& st = *m_.streamed;
+  cache::DeviceTier& tier = *st.gpu;
+  cache::RecordTier& ram = *st.ram;
+  const int K = int(s.n_expert_used);
+  const int64_t nk = n * K, E = s.n_embd, F = s.n_ff_expert, X = s.n_expert;
+  const uint32_t slots = tier.slots();
+  DF_CHECK(slots >= uint32_t(K));
+  cudaStream_t stream = m_.stream;
+
+  // The router's choices (and the next layer's guess) to the host: the layer's one round trip.
+  const bool guessed = guessed_ && il + 1 < s.n_layer;
+  reserve_pinned(ids_host_, uint64_t(nk + K) * 4);
+  int32_t* ids = reinterpret_cast<int32_t*>(ids_host_.data());
+  DF_CUDA_CHECK(cudaMemcpyAsync(ids, at<int32_t>(Buf::ids), nk * 4, cudaMemcpyDeviceToHost, stream));
+  if (guessed)
+    DF_CUDA_CHECK(cudaMemcpyAsync(ids + nk, at<float>(Buf::guess) + E + X, K * 4, cudaMemcpyDeviceToHost, stream));
+  // The CPU's share needs the normed row and the routing weights too.
+  const bool split = n == 1 && st.cpu != nullptr;
+  if (split) {
+    reserve_pinned(xn_host_, uint64_t(E) * 4);
+    reserve_pinned(wts_host_, uint64_t(nk) * 4);
+    DF_CUDA_CHECK(cudaMemcpyAsync(xn_host_.data(), at<float>(Buf::xn), E * 4, cudaMemcpyDeviceToHost, stream));
+    DF_CUDA_CHECK(cudaMemcpyAsync(wts_host_.data(), at<float>(Buf::wts), nk * 4, cudaMemcpyDeviceToHost, stream));
+  }
+  DF_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  const model::ExpertLayout& layout = st.layouts->experts[il];
+  const uint32_t next = il + 1;
+  model::schedule_moe(
+      {.ids = std::span<const int32_t>(ids, size_t(nk)), .n_tok = int32_t(n), .n_used = K, .n_expert = int32_t(X),
+       // moe_plan sorts a group of at most 1024 members.
+       .max_group = std::min<uint32_t>(slots, 2048), .overlap = true, .cpu_share = split,
+       .resident = [&](int32_t e) { return tier.contains(il, e); },
+       .in_ram = ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(il, e); }),
+       .record_bytes = layout.record_bytes, .copy_s_per_byte = tier.copy_s_per_byte(),
+       .cpu_s_per_byte = cpu_s_per_byte_,
+       .guess = guessed ? std::span<const int32_t>(ids + nk, size_t(K)) : std::span<const int32_t>(),
+       .next_resident = [&](int32_t e) { return tier.contains(next, e); },
+       .next_in_ram =
+           ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(next, e); })},
+      schedule_);
+  auto read_ahead = [&] {
+    if (!schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);
+    if (!schedule_.prefetch_ram.empty()) ram.prefetch(next, schedule_.prefetch_ram);
+  };
+  const size_t n_groups = schedule_.groups.size();
+  // Host plan regions, one per group: a group's copies to the device may still be pending while the next group's
+  // plan is written. A region: each pair's index in the group [nk] and the group's slots [<= nk]; fused decode: the
+  // slot map, its weights and the CPU's weights [3 nk].
+  const int64_t region = 3 * nk;
+  reserve_pinned(plan_host_, uint64_t(std::max<size_t>(n_groups, 1) * region) * 4);
+  if (fused && n_groups <= 1) {
+    fused_decode(il, n, xq, ids, reinterpret_cast<int32_t*>(plan_host_.data()));
+    if (n_groups == 0) read_ahead();
+    return;
+  }
+  const model::ExpertWeights w = matrices(GpuLayer{}, il);
+  const int32_t ts = std::min({moe_tile_slots(w.gate.type), moe_tile_slots(w.up.type), moe_tile_slots(w.down.type)});
+  quantize_q8_0({.x = at<float>(Buf::xn), .y = at<uint8_t>(Buf::xq_stream), .n_rows = n, .cols = E, .stream = stream});
+  int32_t* local_dev = at<int32_t>(Buf::plan);
+  int32_t* slot_of_dev = local_dev + nk;
+  int32_t* order_dev = local_dev + 2 * nk;
+  int32_t* tiles_dev = local_dev + 3 * nk;
+  for (size_t g = 0; g < n_groups; ++g) {
+    const auto [g0, g1] = schedule_.groups[g];
+    const std::span<const int32_t> members(schedule_.gpu.data() + g0, size_t(g1 - g0));
+    Result<cache::Pins> pins = tier.acquire(il, members);
+    if (!pins) {
+      status_ = pins.take_error();
+      return;
+    }
+    if (g == 0) read_ahead();
+    int32_t* h = reinterpret_cast<int32_t*>(plan_host_.data()) + int64_t(g) * region;
+    for (int64_t v = 0; v < nk; ++v) {
+      const int32_t i = schedule_.where[size_t(ids[v])];
+      h[v] = i >= g0 && i < g1 ? i - g0 : -1;
+    }
+    for (size_t i = 0; i < members.size(); ++i) h[nk + int64_t(i)] = int32_t(pins->slot(i));
+    DF_CUDA_CHECK(cudaMemcpyAsync(local_dev, h, (nk + members.size()) * 4, cudaMemcpyHostToDevice, stream));
+    moe_plan({.ids = local_dev, .n_slots = nk, .n_expert = int32_t(members.size()), .order = order_dev,
+              .tiles = tiles_dev, .stream = stream, .tile_slots = ts, .slot_of = slot_of_dev});
+    const MoeGroupedMatmulArgs gb{.n_expert = int32_t(slots), .order = order_dev, .tiles = tiles_dev, .n_slots = nk,
+                                  .n_used = K, .gathered = at<float>(Buf::gathered),
+                                  .scratch = at<uint8_t>(Buf::scratch), .stream = stream, .tile_slots = ts};
+    MoeGroupedMatmulArgs gp = gb, up = gb, dn = gb;
+    gp.w = w.gate, gp.expert_stride = tier.stride(0), gp.x = at<float>(Buf::xn), gp.y = at<float>(Buf::gate);
+    up.w = w.up, up.expert_stride = tier.stride(1), up.x = at<float>(Buf::xn), up.y = at<float>(Buf::up);
+    if (ts > 8) gp.x_q8 = up.x_q8 = at<uint8_t>(Buf::xq_stream);
+    moe_matmul_grouped(gp);
+    moe_matmul_grouped(up);
+    // Into act, not in place: rows of other groups are recomputed from unchanged gate and up, so running it over
+    // every row per group leaves each group's rows right.
+    swiglu({.gate = at<float>(Buf::gate), .up = at<float>(Buf::up), .y = at<float>(Buf::act), .n = nk * F,
+            .stream = stream});
+    dn.w = w.down, dn.expert_stride = tier.stride(2), dn.x = at<float>(Buf::act), dn.x_per_slot = true,
+    dn.y = at<float>(Buf::expert_out);
+    moe_matmul_grouped(dn);
+    pins->release();  // after the kernels that read the slots, in stream order
+  }
+  if (n_groups == 0) read_ahead();
+  if (!schedule_.cpu.empty()) cpu_share(il, ids, /*packed=*/false);
+  moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = at<float>(Buf::wts), .out = at<float>(Buf::proj),
+               .n_tok = n, .n_embd = E, .n_used = K, .stream = stream});
+  add({.x = at<float>(Buf::x), .y = at<float>(Buf::proj), .n = n * E, .stream = stream});
+}
+
+// A few tokens whose GPU experts fit in one group: the fused two-launch path with slot ids. With a CPU share (one
+// token), the CPU's experts point at a GPU slot of the same token with weight 0 in the fused combine (adding 0 keeps
+// the sum), and their rows are combined and added afterwards.
+void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h) {
+  const model::ModelSpec& s = m_.spec;
+  const StreamedExperts& st = *m_.streamed;
+  cudaStream_t stream = m_.stream;
+  const int K = int(s.n_expert_used);
+  const int64_t nk = n * K, E = s.n_embd;
+  const bool share = !schedule_.cpu.empty();
+  int32_t* slot_dev = at<int32_t>(Buf::plan);
+  float* wmod_dev = reinterpret_cast<float*>(slot_dev + nk);
+  const float* wts = reinterpret_cast<const float*>(wts_host_.data());
+  if (!schedule_.gpu.empty()) {
+    Result<cache::Pins> pins = st.gpu->acquire(il, schedule_.gpu);
+    if (!pins) {
+      status_ = pins.take_error();
+      return;
+    }
+    if (!schedule_.prefetch_compute.empty()) st.gpu->prefetch(il + 1, schedule_.prefetch_compute);
+    if (!schedule_.prefetch_ram.empty()) st.ram->prefetch(il + 1, schedule_.prefetch_ram);
+    float* h_wmod = reinterpret_cast<float*>(h + nk);
+    for (int64_t v = 0; v < nk; ++v) {
+      const int32_t i = schedule_.where[size_t(ids[v])];
+      h[v] = int32_t(pins->slot(size_t(i >= 0 ? i : 0)));
+      if (share) h_wmod[v] = i >= 0 ? wts[v] : 0.0f;
+    }
+    DF_CUDA_CHECK(cudaMemcpyAsync(slot_dev, h, (share ? 2 : 1) * nk * 4, cudaMemcpyHostToDevice, stream));
+    const model::ExpertWeights w = matrices(GpuLayer{}, il);
+    const cache::DeviceTier& tier = *st.gpu;
+    uint8_t* act_q8 = at<uint8_t>(Buf::up);
+    const int32_t n_slots = int32_t(tier.slots());
+    moe_decode_gate_up({.gate = w.gate, .up = w.up, .gate_stride = tier.stride(0), .up_stride = tier.stride(1),
+                        .n_expert = n_slots, .ids = slot_dev, .n_tok = n, .n_used = K, .x_q8 = xq, .act_q8 = act_q8,
+                        .stream = stream});
+    moe_decode_down({.down = w.down, .down_stride = tier.stride(2), .n_expert = n_slots, .ids = slot_dev,
+                     .weights = share ? wmod_dev : at<float>(Buf::wts), .n_tok = n, .n_used = K, .act_q8 = act_q8,
+                     .x = at<float>(Buf::x), .out = at<float>(Buf::x), .stream = stream});
+    pins->release();
+  }
+  if (!share) return;
+  cpu_share(il, ids, /*packed=*/true);
+  const int64_t C = int64_t(schedule_.cpu.size());
+  float* h_cw = reinterpret_cast<float*>(h + 2 * nk);
+  float* cw_dev = reinterpret_cast<float*>(slot_dev + 2 * nk);
+  for (int64_t c = 0; c < C; ++c) h_cw[c] = wts[std::find(ids, ids + K, schedule_.cpu[size_t(c)]) - ids];
+  DF_CUDA_CHECK(cudaMemcpyAsync(cw_dev, h_cw, C * 4, cudaMemcpyHostToDevice, stream));
+  moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = cw_dev, .out = at<float>(Buf::proj), .n_tok = 1,
+               .n_embd = E, .n_used = int(C), .stream = stream});
+  add({.x = at<float>(Buf::x), .y = at<float>(Buf::proj), .n = E, .stream = stream});
+}
+
+void RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, bool packed) {
+  const model::ModelSpec& s = m_.spec;
+  const StreamedExperts& st = *m_.streamed;
+  const int K = int(s.n_expert_used);
+  const int64_t E = s.n_embd, C = int64_t(schedule_.cpu.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<cache::Pins> pins = st.ram->acquire(il, schedule_.cpu);
+  if (!pins) {
+    status_ = pins.take_error();
+    return;
+  }
+  const model::ExpertLayout& layout = st.layouts->experts[il];
+  std::vector<model::ExpertWeights> ew;
+  std::vector<int64_t> first = {0};
+  for (int64_t c = 0; c < C; ++c) {
+    ew.push_back(model::expert_at(layout, pins->data(size_t(c))));
+    first.push_back(c + 1);
+  }
+  // Every expert reads the same normed row.
+  const float* xn = reinterpret_cast<const float*>(xn_host_.data());
+  cpu_in_.resize(size_t(C * E));
+  for (int64_t c = 0; c < C; ++c) std::copy_n(xn, E, cpu_in_.data() + c * E);
+  reserve_pinned(cpu_out_host_, uint64_t(K) * E * 4);
+  float* out = reinterpret_cast<float*>(cpu_out_host_.data());
+  cpu::expert_products(*st.cpu, ew, first, cpu_in_.data(), out, cpu_scratch_);
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double rate = dt / double(C * int64_t(layout.record_bytes));
+  cpu_s_per_byte_ = cpu_s_per_byte_ > 0 ? 0.75 * cpu_s_per_byte_ + 0.25 * rate : rate;
+  cpu_count_ += uint64_t(C);
+  if (packed) {
+    DF_CUDA_CHECK(cudaMemcpyAsync(at<float>(Buf::expert_out), out, C * E * 4, cudaMemcpyHostToDevice, m_.stream));
+    return;
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t k = std::find(ids, ids + K, schedule_.cpu[size_t(c)]) - ids;
+    DF_CHECK(k < K);
+    DF_CUDA_CHECK(cudaMemcpyAsync(at<float>(Buf::expert_out) + k * E, out + c * E, E * 4, cudaMemcpyHostToDevice,
+                                  m_.stream));
+  }
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,66 @@
+// The routed experts of one MoE layer on the GPU, behind one call, whatever their residency:
+//   - resident: the fused two-launch path for a few tokens (gate and up with the SwiGLU and the Q8_0 of its output;
+//     down with the weighted combine and the residual add), grouped by expert for batches (moe_plan on the device,
+//     the router's ids never visit the host), or one (token, slot) per block column;
+//   - streamed through the GPU tier: the router's choices come to the host (the one round trip of a layer),
+//     model::schedule_moe cuts them into groups the tier holds at once, and each group runs the resident kernels with
+//     the tier's slots in place of expert ids; the next layer's guessed experts are read ahead in both tiers;
+//   - split (decode under a budget): the CPU computes, from RAM, the missed experts that the schedule gives it while
+//     the GPU copies and multiplies the rest; their rows join the GPU's before the combine.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "diskformer/backend/cpu/experts.h"
+#include "diskformer/backend/cuda/session.h"
+#include "diskformer/cudart/buffer.h"
+#include "diskformer/io/buffer.h"
+#include "diskformer/model/moe_schedule.h"
+
+namespace df::cuda {
+
+class RoutedExperts {
+ public:
+  RoutedExperts(const GpuModel& m, std::vector<DeviceBuffer>& buf, bool grouped) : m_(m), buf_(buf), grouped_(grouped) {}
+
+  // The next layer's experts as its router picks them from the residual x (decode with streamed experts, before this
+  // layer's FFN overwrites xn): into Buf::guess, read by run().
+  void guess(const GpuLayer& next, int64_t n);
+  // Layer il, n tokens: the router's ids and weights are in Buf::ids / Buf::wts, the normed input in Buf::xn (xq its
+  // Q8_0 blocks when fused: the two-launch decode path applies); adds the experts' weighted sum into Buf::x.
+  void run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused);
+  // A streamed read failed during this pass (the rest of the pass is skipped); taken once.
+  Status take_status() { return std::exchange(status_, Status{}); }
+  uint64_t cpu_experts() const { return cpu_count_; }
+  // Layer il's expert matrices as the kernels read them: slot s of the GPU tier's planes at data + s * stride when
+  // they stream, the stacked tensors' expert 0 otherwise.
+  model::ExpertWeights matrices(const GpuLayer& l, uint32_t il) const;
+
+ private:
+  template <typename T>
+  T* at(Buf b) const { return buf_[size_t(b)].as<T>(); }
+  void resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused);
+  void ungrouped(const GpuLayer& l, int64_t n);
+  void streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused);
+  void fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h);
+  // The CPU's share: gate, up, SwiGLU and down of each expert in schedule_.cpu from RAM; rows packed in that order
+  // or at their routing positions of expert_out.
+  void cpu_share(uint32_t il, const int32_t* ids, bool packed);
+
+  const GpuModel& m_;
+  std::vector<DeviceBuffer>& buf_;
+  bool grouped_;
+  Status status_;
+  model::MoeSchedule schedule_;
+  io::AlignedBuffer ids_host_, plan_host_;  // pinned: the router's ids (and the guess); per group, its plan
+  io::AlignedBuffer xn_host_, wts_host_, cpu_out_host_;  // pinned: normed row, routing weights, the CPU's rows
+  std::vector<int32_t> group_slots_;
+  std::vector<float> cpu_in_;  // the normed row once per CPU expert
+  cpu::ExpertScratch cpu_scratch_;
+  bool guessed_ = false;       // Buf::guess holds the next layer's guess (decode, streamed)
+  double cpu_s_per_byte_ = 0;  // measured: the CPU's time per expert byte
+  uint64_t cpu_count_ = 0;     // experts the CPU computed
+};
+
+}  // namespace df::cuda

@@ -1,0 +1,134 @@
+#include "backend/cuda/forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "diskformer/backend/cuda/kernels.h"
+#include "diskformer/util/check.h"
+
+namespace df::cuda {
+
+void Forward::run(int64_t n, bool all_logits, float* logits) {
+  const model::ModelSpec& s = m_.spec;
+  const GpuWeights& w = *m_.weights;
+  const int64_t E = s.n_embd;
+  float* x = at<float>(Buf::x);
+  get_rows({.table = w.token_embd(), .ids = at<int32_t>(Buf::tok), .n = n, .out = x, .stream = m_.stream});
+  for (uint32_t il = 0; il < s.n_layer; ++il) {
+    const GpuLayer& l = w.layer(il);
+    // Each sublayer norms x into xn and adds its output back into x.
+    attention_block(l, il, n);
+    ffn_block(l, il, n);
+  }
+  const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
+  const uint8_t* xq = norm_input(x + first * E, w.output_norm(), n_out, {&w.output()});
+  matmul({.w = w.output(), .x = at<float>(Buf::xn), .n_tok = n_out, .y = logits, .scratch = at<uint8_t>(Buf::scratch),
+          .stream = m_.stream, .x_q8 = xq});
+}
+
+const uint8_t* Forward::norm_input(const float* x, const float* weight, int64_t n,
+                                   std::initializer_list<const model::Mat*> ws) {
+  const model::ModelSpec& s = m_.spec;
+  const int64_t E = s.n_embd;
+  bool q8 = ws.size() > 0;
+  for (const model::Mat* w : ws)
+    q8 = q8 && (w->type == gguf::GgmlType::Q4_0 || w->type == gguf::GgmlType::Q8_0) && w->cols == E;
+  if (!q8) {
+    rms_norm({.x = x, .weight = weight, .y = at<float>(Buf::xn), .n_rows = n, .cols = E, .eps = s.norm_eps,
+              .stream = m_.stream});
+    return nullptr;
+  }
+  rms_norm_q8({.x = x, .weight = weight, .y = at<float>(Buf::xn), .y_q8 = at<uint8_t>(Buf::scratch), .n_rows = n,
+               .cols = E, .eps = s.norm_eps, .stream = m_.stream});
+  return at<uint8_t>(Buf::scratch);
+}
+
+void Forward::products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const model::Mat*, float*>> outs) {
+  DF_CHECK(outs.size() >= 1 && outs.size() <= 3);
+  bool fused = xq != nullptr;
+  for (const auto& [w, y] : outs)
+    fused = fused && decode_matvec_supported(*w, n) && w->type == outs.begin()->first->type;
+  if (fused) {
+    DecodeMatvecArgs d{.n_parts = int(outs.size()), .x = at<float>(Buf::xn), .x_q8 = xq, .n_tok = n,
+                       .stream = m_.stream};
+    int i = 0;
+    for (const auto& [w, y] : outs) d.parts[i++] = {.w = *w, .y = y};
+    decode_matvec(d);
+    return;
+  }
+  for (const auto& [w, y] : outs)
+    matmul({.w = *w, .x = at<float>(Buf::xn), .n_tok = n, .y = y, .scratch = at<uint8_t>(Buf::scratch),
+            .stream = m_.stream, .x_q8 = xq});
+}
+
+// For a few tokens one decode_matvec launch that adds into x in its epilogue, quantizing `in` in each of its blocks
+// while that is at most two batches of Q8_0 blocks per warp (the output projection's 4096 inputs of one token; its
+// weight loads are in flight meanwhile), else once beforehand (one small launch); else matmul into proj and add
+// (the same roundings).
+void Forward::add_product(const model::Mat& w, const float* in, int64_t n) {
+  float* x = at<float>(Buf::x);
+  uint8_t* scratch = at<uint8_t>(Buf::scratch);
+  if (decode_matvec_supported(w, n)) {
+    const bool per_block = n * w.cols <= 4096;
+    if (!per_block) quantize_q8_0({.x = in, .y = scratch, .n_rows = n, .cols = w.cols, .stream = m_.stream});
+    DecodeMatvecArgs d{.n_parts = 1, .x = in, .x_q8 = per_block ? nullptr : scratch, .n_tok = n, .stream = m_.stream};
+    d.parts[0] = {.w = w, .y = x, .residual = x};
+    decode_matvec(d);
+    return;
+  }
+  matmul({.w = w, .x = in, .n_tok = n, .y = at<float>(Buf::proj), .scratch = scratch, .stream = m_.stream});
+  add({.x = x, .y = at<float>(Buf::proj), .n = n * int64_t(m_.spec.n_embd), .stream = m_.stream});
+}
+
+void Forward::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
+  const model::ModelSpec& s = m_.spec;
+  const int hk = int(s.head_dim_k), hv = int(s.head_dim_v);
+  const int64_t kd = s.kv_dim_k(), vd = s.kv_dim_v();
+  const uint32_t C = o_.n_ctx;
+  float *q = at<float>(Buf::q), *k = at<float>(Buf::k), *v = at<float>(Buf::v);
+  const uint8_t* xq = norm_input(at<float>(Buf::x), l.attn_norm.f32(), n, {&l.wq, &l.wk, &l.wv});
+  products(n, xq, {{&l.wq, q}, {&l.wk, k}, {&l.wv, v}});
+  const int32_t* pos = at<int32_t>(Buf::pos);
+  uint16_t* kc = at<uint16_t>(Buf::k_cache) + uint64_t(il) * C * kd;
+  uint16_t* vc = at<uint16_t>(Buf::v_cache) + uint64_t(il) * C * vd;
+  // q-norm, k-norm, RoPE and the f16 KV store in one launch.
+  qk_norm_rope_store({.q = q, .k = k, .v = v, .q_norm = s.qk_norm ? l.q_norm.f32() : nullptr,
+                      .k_norm = s.qk_norm ? l.k_norm.f32() : nullptr, .eps = s.norm_eps, .n_head = int(s.n_head),
+                      .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv, .n_rot = int(s.n_rot),
+                      .n_tok = n, .pos = pos, .table = at<float>(Buf::rope), .n_pos = C, .style = s.rope_style,
+                      .k_cache = kc, .v_cache = vc, .n_ctx = C, .stream = m_.stream});
+  attention({.q = q, .k = kc, .v = vc, .out = at<float>(Buf::attn), .pos = pos, .n_head = int(s.n_head),
+             .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv, .n_tok = n,
+             .scale = 1.0f / std::sqrt(float(hk)), .stream = m_.stream, .n_ctx = C,
+             .work = at<float>(Buf::attn_work)});
+  add_product(l.wo, at<float>(Buf::attn), n);
+}
+
+void Forward::ffn_block(const GpuLayer& l, uint32_t il, int64_t n) {
+  const model::ModelSpec& s = m_.spec;
+  float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
+  if (!s.moe()) {
+    const uint8_t* xq = norm_input(at<float>(Buf::x), l.ffn_norm.f32(), n, {&l.ffn_gate, &l.ffn_up});
+    products(n, xq, {{&l.ffn_gate, gate}, {&l.ffn_up, up}});
+    swiglu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff), .stream = m_.stream});
+    add_product(l.ffn_down, gate, n);
+    return;
+  }
+  const int K = int(s.n_expert_used);
+  // The next layer's experts, guessed from this residual before this layer's norm replaces xn (streamed decode).
+  if (il + 1 < s.n_layer) experts_.guess(m_.weights->layer(il + 1), n);
+  // A few tokens of quantized experts: the two-launch path. Streamed experts live in the GPU tier's slots, which
+  // have the layout of the file's experts.
+  const model::ExpertWeights w = experts_.matrices(l, il);
+  const bool fused = n <= kDecodeMaxTok && moe_decode_supported(w.gate, w.up, w.down, n, K);
+  const uint8_t* xq = fused ? norm_input(at<float>(Buf::x), l.ffn_norm.f32(), n, {&w.gate, &w.up})
+                            : norm_input(at<float>(Buf::x), l.ffn_norm.f32(), n, {});
+  matmul({.w = l.gate_inp, .x = at<float>(Buf::xn), .n_tok = n, .y = at<float>(Buf::router),
+          .scratch = at<uint8_t>(Buf::scratch), .stream = m_.stream, .x_q8 = xq});
+  route({.logits = at<float>(Buf::router), .n_tok = n, .n_expert = int(s.n_expert), .n_used = K,
+         .norm_topk = s.norm_topk, .ids = at<int32_t>(Buf::ids), .weights = at<float>(Buf::wts),
+         .stream = m_.stream});
+  experts_.run(l, il, n, xq, fused);
+}
+
+}  // namespace df::cuda

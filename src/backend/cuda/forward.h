@@ -1,0 +1,47 @@
+// The forward pass on the GPU for the llama (dense and the Mixtral layout), qwen3 and qwen3moe families, top to
+// bottom as the CPU's (backend/cpu/forward.cpp): embedding gather, per layer the attention sublayer (norm, q/k/v,
+// qk-norm, RoPE, f16 KV store, attention, output) and the feed-forward sublayer (dense SwiGLU, or router and the
+// routed experts of experts.h), each with its residual add; the final norm and the head.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/experts.h"
+#include "diskformer/backend/cuda/session.h"
+
+namespace df::cuda {
+
+class Forward {
+ public:
+  Forward(const GpuModel& m, std::vector<DeviceBuffer>& buf, const GpuSessionOptions& o)
+      : m_(m), buf_(buf), o_(o), experts_(m, buf, o.grouped_experts) {}
+
+  // One batch of n <= max_batch tokens whose ids and positions are in Buf::tok / Buf::pos; the logits of the last
+  // token, or of all n, into `logits`.
+  void run(int64_t n, bool all_logits, float* logits);
+  RoutedExperts& experts() { return experts_; }
+
+ private:
+  template <typename T>
+  T* at(Buf b) const { return buf_[size_t(b)].as<T>(); }
+  void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
+  void ffn_block(const GpuLayer& l, uint32_t il, int64_t n);
+  // Norms n rows of the residual stream at x into xn; when every product in ws takes Q8_0 activations of xn, they
+  // are quantized in the same launch and returned (in scratch, shared by those products), else nullptr.
+  const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::initializer_list<const model::Mat*> ws);
+  // The products of xn with up to 3 matrices: one decode_matvec launch for a few tokens when xq holds xn's Q8_0
+  // blocks and the kernel takes every matrix, else a matmul each (the same results).
+  void products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const model::Mat*, float*>> outs);
+  // x += W in (for a few tokens one launch that adds in its epilogue).
+  void add_product(const model::Mat& w, const float* in, int64_t n);
+
+  const GpuModel& m_;
+  std::vector<DeviceBuffer>& buf_;
+  const GpuSessionOptions& o_;
+  RoutedExperts experts_;
+};
+
+}  // namespace df::cuda

@@ -1,0 +1,139 @@
+#include "diskformer/backend/cuda/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "diskformer/util/check.h"
+#include "diskformer/util/size.h"
+
+namespace df::cuda {
+
+namespace {
+
+uint64_t align256(uint64_t n) { return (n + 255) / 256 * 256; }
+
+// Bytes of a tensor as the GPU holds it (rows x row_bytes), 0 for an absent one.
+uint64_t gpu_bytes(const gguf::TensorInfo* t) { return t ? align256(t->rows() * t->row_bytes()) : 0; }
+
+std::string item(const char* name, uint64_t bytes) { return std::string(name) + " " + format_size(bytes); }
+
+// "CUDA context 512.0 MiB, token embeddings 166.9 MiB, ..." : every non-zero item of the resident part.
+std::string itemize(const GpuPlan& p) {
+  const GpuResident& r = p.resident;
+  std::string s = item("CUDA context", r.context) + ", token embeddings " +
+                  (p.token_embd_on_host ? std::string("in pinned host RAM") : format_size(r.token_embd));
+  if (r.output) s += ", " + item("output head", r.output);
+  s += ", " + item("attention", r.attention) + ", " + item("norms", r.norms);
+  if (r.routers) s += ", " + item("routers", r.routers);
+  if (r.dense_ffn) s += ", " + item("dense FFN", r.dense_ffn);
+  s += ", KV cache " + format_size(r.kv_cache) + " at " + std::to_string(p.n_ctx) + " positions, work buffers " +
+       format_size(r.work) + " for batches of " + std::to_string(p.max_batch) + ", margin " + format_size(r.margin);
+  return s;
+}
+
+std::string bytes_text(uint64_t n) { return format_size(n) + " (" + std::to_string(n) + " bytes)"; }
+
+}  // namespace
+
+std::vector<std::vector<cache::PartPlace>> expert_planes(const model::RecordLayouts& layouts) {
+  std::vector<std::vector<cache::PartPlace>> parts(layouts.experts.size());
+  for (size_t il = 0; il < layouts.experts.size(); ++il) {
+    const model::ExpertLayout& x = layouts.experts[il];
+    if (!x.present()) continue;
+    parts[il] = {{x.gate_at, x.gate.bytes()}, {x.up_at, x.up.bytes()}, {x.down_at, x.down.bytes()}};
+  }
+  return parts;
+}
+
+Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors& t,
+                         const model::RecordLayouts& layouts, const GpuPlanOptions& o) {
+  DF_CHECK(t.layers.size() == spec.n_layer);
+  GpuPlan p;
+  p.budget = o.budget;
+  p.n_ctx = o.n_ctx;
+  p.max_batch = o.max_batch;
+  GpuResident& r = p.resident;
+  r.context = o.context_bytes;
+  r.token_embd = gpu_bytes(t.token_embd);
+  r.output = t.output == t.token_embd ? 0 : gpu_bytes(t.output);
+  r.norms = gpu_bytes(t.output_norm);
+  for (const auto& l : t.layers) {
+    for (auto* w : {l.wq, l.wk, l.wv, l.wo}) r.attention += gpu_bytes(w);
+    for (auto* w : {l.attn_norm, l.ffn_norm, l.q_norm, l.k_norm}) r.norms += gpu_bytes(w);
+    for (auto* w : {l.ffn_gate, l.ffn_up, l.ffn_down}) r.dense_ffn += gpu_bytes(w);
+    r.routers += gpu_bytes(l.gate_inp);
+  }
+  if (spec.moe()) p.record_bytes = cache::plane_slot_bytes(expert_planes(layouts));
+  // A resident run's session; a streaming one adds its buffers for the tier's groups (counted below when it streams).
+  const BufferTable buffers = session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch});
+  r.kv_cache = buffers[Buf::k_cache] + buffers[Buf::v_cache];
+  r.work = buffers.total() - r.kv_cache;
+  r.margin = kGpuMarginBytes;
+  const uint64_t records = spec.moe() ? uint64_t(spec.n_layer) * spec.n_expert : 0;
+  if (records > (1u << 31))
+    return Error{"GPU plan: " + std::to_string(spec.n_layer) + " layers x " + std::to_string(spec.n_expert) +
+                 " experts are more expert records than a slot pool indexes (2^31)"};
+  p.n_records = uint32_t(records);
+  p.min_slots = spec.moe() ? 2 * spec.n_expert_used : 0;
+  p.slots = p.n_records;  // all resident until the budget says otherwise
+  if (!o.budget || *o.budget >= p.total_bytes()) return p;
+
+  const uint64_t budget = *o.budget;
+  if (spec.moe() && t.output != t.token_embd) {
+    p.token_embd_on_host = true;
+    r.token_embd = 0;
+  }
+  if (!spec.moe())
+    return Error{"GPU budget " + bytes_text(budget) + " cannot hold this dense model, and dense models do not stream " +
+                 "on the GPU: it needs " + bytes_text(p.total_bytes()) + " = " + itemize(p)};
+  // A streaming session's buffers include those of the expert groups.
+  r.work = session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .streams_experts = true}).total() -
+           r.kv_cache;
+  const uint64_t need = r.total() + uint64_t(p.min_slots) * p.record_bytes;
+  if (budget < need)
+    return Error{"GPU budget " + bytes_text(budget) + " is too small for this model: resident " +
+                 format_size(r.total()) + " (" + itemize(p) + ") + " + std::to_string(p.min_slots) +
+                 " expert slots of " + format_size(p.record_bytes) + " = " + bytes_text(need) + " at least"};
+  p.stream_experts = true;
+  // At most every record: with the embeddings in host RAM the experts may all fit.
+  p.slots = uint32_t(std::min<uint64_t>((budget - r.total()) / p.record_bytes, p.n_records));
+  DF_CHECK(p.slots >= p.min_slots);
+  return p;
+}
+
+std::string GpuPlan::describe() const {
+  std::string s = "GPU " + mode_name() + ": " +
+                  (budget ? "budget " + format_size(*budget) : std::string("no budget")) + ", resident " +
+                  format_size(resident.total()) + " (" + itemize(*this) + ")";
+  if (n_records) {
+    char frac[32];
+    std::snprintf(frac, sizeof frac, "%.1f%%", 100.0 * resident_fraction());
+    s += ", " + std::to_string(slots) + " expert slots of " + format_size(record_bytes) + " = " +
+         format_size(pool_bytes()) + " (" + frac + " of " + std::to_string(n_records) + " experts)";
+  }
+  return s + ", total " + format_size(total_bytes());
+}
+
+nlohmann::json GpuPlan::to_json() const {
+  const GpuResident& r = resident;
+  nlohmann::json res = {{"context", r.context},     {"token_embd", r.token_embd}, {"output", r.output},
+                        {"attention", r.attention}, {"norms", r.norms},           {"routers", r.routers},
+                        {"dense_ffn", r.dense_ffn}, {"kv_cache", r.kv_cache},     {"work", r.work},
+                        {"margin", r.margin},       {"total", r.total()}};
+  return {{"mode", mode_name()},
+          {"budget", budget ? nlohmann::json(*budget) : nlohmann::json(nullptr)},
+          {"n_ctx", n_ctx},
+          {"max_batch", max_batch},
+          {"resident_bytes", res},
+          {"record_bytes", record_bytes},
+          {"n_records", n_records},
+          {"min_slots", min_slots},
+          {"token_embd_on_host", token_embd_on_host},
+          {"slots", slots},
+          {"pool_bytes", pool_bytes()},
+          {"resident_fraction", resident_fraction()},
+          {"total_bytes", total_bytes()}};
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,155 @@
+#include "diskformer/backend/cuda/session.h"
+
+#include <algorithm>
+
+#include "backend/cuda/forward.h"
+#include "diskformer/backend/cuda/kernels.h"
+#include "diskformer/cudart/check.h"
+#include "diskformer/util/check.h"
+
+namespace df::cuda {
+
+Result<std::unique_ptr<GpuSession>> GpuSession::create(const GpuModel& model, const GpuSessionOptions& options) {
+  if (options.n_ctx == 0 || options.max_batch == 0) return Error{"GPU session: n_ctx and max_batch must be positive"};
+  DF_CHECK(model.stream != nullptr && model.weights != nullptr);
+  std::unique_ptr<GpuSession> s(new GpuSession(model, options));
+  s->opt_.max_batch = std::min(options.max_batch, options.n_ctx);
+  const BufferTable table = session_buffers(model.spec, {.n_ctx = s->opt_.n_ctx, .max_batch = s->opt_.max_batch,
+                                                         .grouped_experts = options.grouped_experts,
+                                                         .streams_experts = model.streamed.has_value()});
+  s->buf_.resize(kBufCount);
+  for (int b = 0; b < kBufCount; ++b)
+    if (table.bytes[size_t(b)]) {
+      DF_ASSIGN(s->buf_[size_t(b)], DeviceBuffer::alloc(table.bytes[size_t(b)], buf_name(Buf(b))));
+    }
+  const model::ModelSpec& sp = model.spec;
+  const std::vector<float> rope = rope_table(s->opt_.n_ctx, int(sp.n_rot), sp.rope_base);
+  if (!rope.empty()) s->buf_[size_t(Buf::rope)].upload(rope.data(), rope.size() * 4);
+  s->forward_ = std::make_unique<Forward>(model, s->buf_, s->opt_);
+  return s;
+}
+
+GpuSession::GpuSession(const GpuModel& m, const GpuSessionOptions& o) : model_(m), opt_(o) {}
+
+GpuSession::~GpuSession() {
+  if (model_.stream) cudaStreamSynchronize(model_.stream);
+  if (graph_) cudaGraphExecDestroy(graph_);
+}
+
+uint64_t GpuSession::cpu_experts_computed() const { return forward_->experts().cpu_experts(); }
+
+Status GpuSession::eval(std::span<const int32_t> tokens, bool all_logits) {
+  const model::ModelSpec& s = model_.spec;
+  const int64_t n = int64_t(tokens.size());
+  cudaStream_t stream = model_.stream;
+  if (n == 0) return Error{"GPU forward: empty batch"};
+  if (n_past_ + n > opt_.n_ctx)
+    return Error{"context overflow: " + std::to_string(n_past_) + " positions used + " + std::to_string(n) +
+                 " new tokens exceed the context size " + std::to_string(opt_.n_ctx) + " (-c)"};
+  for (int64_t t = 0; t < n; ++t)
+    if (tokens[t] < 0 || uint32_t(tokens[t]) >= s.n_vocab)
+      return Error{"token id " + std::to_string(tokens[t]) + " at batch position " + std::to_string(t) +
+                   " is outside the vocabulary of " + std::to_string(s.n_vocab)};
+
+  const uint64_t V = s.n_vocab;
+  logits_rows_ = all_logits ? uint64_t(n) : 1;
+  logits_fresh_ = false;
+  DeviceBuffer& logits_dev = buf_[size_t(Buf::logits)];
+  if (all_logits) {
+    logits_host_.resize(logits_rows_ * V);
+    const uint64_t need = std::min<uint64_t>(n, opt_.max_batch);
+    if (logits_rows_cap_ < need) {
+      if (graph_) {  // the captured step writes into the old logits buffer
+        DF_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+        graph_ = nullptr;
+      }
+      DF_ASSIGN(logits_dev, DeviceBuffer::alloc(need * V * 4, "logits"));
+      logits_rows_cap_ = need;
+    }
+  }
+  for (int64_t b0 = 0; b0 < n; b0 += opt_.max_batch) {
+    const int64_t m = std::min<int64_t>(opt_.max_batch, n - b0);
+    staging_.resize(2 * m);
+    for (int64_t t = 0; t < m; ++t) {
+      staging_[t] = tokens[b0 + t];
+      staging_[m + t] = int32_t(n_past_ + t);
+    }
+    DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::tok)].data(), staging_.data(), m * 4, cudaMemcpyHostToDevice,
+                                  stream));
+    DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::pos)].data(), staging_.data() + m, m * 4, cudaMemcpyHostToDevice,
+                                  stream));
+    // Streamed experts bring the router's choices to the host every layer, which a graph cannot hold.
+    if (m == 1 && !all_logits && opt_.decode_graph && !model_.streamed) {
+      decode_step_graph();
+    } else {
+      forward_->run(m, all_logits, logits_dev.as<float>());
+    }
+    if (Status failed = forward_->experts().take_status(); !failed.ok()) {
+      // A streamed expert could not be read: this batch's positions are not kept.
+      DF_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return failed;
+    }
+    n_past_ += uint32_t(m);
+    if (all_logits) {
+      DF_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + b0 * V, logits_dev.data(), m * V * 4,
+                                    cudaMemcpyDeviceToHost, stream));
+    }
+    // staging_ is reused by the next batch: the copies above must have read it.
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  logits_fresh_ = all_logits;
+  return {};
+}
+
+std::span<const float> GpuSession::logits() {
+  const uint64_t V = model_.spec.n_vocab;
+  if (!logits_fresh_) {
+    DF_CHECK(logits_rows_ == 1);  // all_logits evals copy eagerly
+    logits_host_.resize(V);
+    // The last token's row: row 0 of a single-row eval, the last row of a batch that kept only it.
+    DF_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data(), buf_[size_t(Buf::logits)].data(), V * 4,
+                                  cudaMemcpyDeviceToHost, model_.stream));
+    DF_CUDA_CHECK(cudaStreamSynchronize(model_.stream));
+    logits_fresh_ = true;
+  }
+  return {logits_host_.data(), logits_rows_ * V};
+}
+
+const float* GpuSession::last_logits_device() const {
+  DF_CHECK(logits_rows_ > 0);
+  // The last row of what the last eval left on the device.
+  const uint64_t last_batch_rows = logits_rows_ == 1 ? 1 : (logits_rows_ - 1) % opt_.max_batch + 1;
+  return buf_[size_t(Buf::logits)].as<float>() + (last_batch_rows - 1) * model_.spec.n_vocab;
+}
+
+int32_t GpuSession::argmax() {
+  const uint64_t V = model_.spec.n_vocab;
+  cuda::argmax({.x = last_logits_device(), .n_rows = 1, .n = int64_t(V), .out = buf_[size_t(Buf::next)].as<int32_t>(),
+                .stream = model_.stream});
+  int32_t id = 0;
+  DF_CUDA_CHECK(cudaMemcpyAsync(&id, buf_[size_t(Buf::next)].data(), 4, cudaMemcpyDeviceToHost, model_.stream));
+  DF_CUDA_CHECK(cudaStreamSynchronize(model_.stream));
+  return id;
+}
+
+uint64_t GpuSession::device_bytes() const {
+  uint64_t total = 0;
+  for (const DeviceBuffer& b : buf_) total += b.size();
+  return total;
+}
+
+void GpuSession::truncate(uint32_t n_keep) { n_past_ = std::min(n_past_, n_keep); }
+
+void GpuSession::decode_step_graph() {
+  if (!graph_) {
+    cudaGraph_t g = nullptr;
+    DF_CUDA_CHECK(cudaStreamBeginCapture(model_.stream, cudaStreamCaptureModeThreadLocal));
+    forward_->run(1, false, buf_[size_t(Buf::logits)].as<float>());
+    DF_CUDA_CHECK(cudaStreamEndCapture(model_.stream, &g));
+    DF_CUDA_CHECK(cudaGraphInstantiate(&graph_, g, 0));
+    DF_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  DF_CUDA_CHECK(cudaGraphLaunch(graph_, model_.stream));
+}
+
+}  // namespace df::cuda

@@ -1,0 +1,116 @@
+// The CPU backend of engine::Model: the resident arena (read once through the disk tier), the forward pass's views
+// into it and into the model's RAM tier, and sequences that each hold a KV cache.
+#include <algorithm>
+
+#include "diskformer/backend/cpu/forward.h"
+#include "diskformer/io/buffer.h"
+#include "diskformer/util/check.h"
+#include "engine/sequence.h"
+
+namespace df::engine {
+
+namespace {
+
+class CpuBackend final : public BackendModel {
+ public:
+  explicit CpuBackend(Model& m) : m_(m) {}
+
+  Status load(model::TensorSource& source) {
+    const ModelFiles& f = m_.files();
+    const bool stream_layers = m_.plan().mode == Residency::kStreamLayers;
+    const std::vector<const gguf::TensorInfo*> list = arena_tensors(f.tensors, !stream_layers);
+    const ArenaLayout a = arena_layout(f.records, list);
+    DF_ASSIGN(arena_, io::AlignedBuffer::allocate(std::max<uint64_t>(a.bytes, io::kDirectAlignment)));
+    std::vector<model::TensorSource::Piece> pieces;
+    for (const auto& [t, off] : a.at) pieces.push_back({t, 0, t->n_bytes, arena_.data() + off});
+    DF_TRY(source.read(pieces));
+    for (const auto& [t, off] : a.at) bytes_read_ += t->n_bytes;
+    auto view = [&](const gguf::TensorInfo* t) {
+      if (!t) return model::Mat{};
+      auto it = std::find_if(a.at.begin(), a.at.end(), [&](const auto& p) { return p.first == t; });
+      DF_CHECK(it != a.at.end());
+      return model::mat_of(*t, arena_.data() + it->second);
+    };
+    w_.token_embd = view(f.tensors.token_embd);
+    w_.output_norm = view(f.tensors.output_norm);
+    w_.output = view(f.tensors.output);
+    if (!stream_layers)
+      for (const auto& l : f.tensors.layers) {
+        model::LayerWeights lw;
+        lw.attn_norm = view(l.attn_norm), lw.wq = view(l.wq), lw.wk = view(l.wk), lw.wv = view(l.wv);
+        lw.wo = view(l.wo), lw.q_norm = view(l.q_norm), lw.k_norm = view(l.k_norm), lw.ffn_norm = view(l.ffn_norm);
+        lw.ffn_gate = view(l.ffn_gate), lw.ffn_up = view(l.ffn_up), lw.ffn_down = view(l.ffn_down);
+        lw.gate_inp = view(l.gate_inp);
+        w_.layers.push_back(lw);
+      }
+    w_.layouts = &f.layouts;
+    if (f.spec.moe()) {
+      w_.expert_tier = m_.ram_tier();
+      DF_CHECK(w_.expert_tier != nullptr);
+    } else if (stream_layers) {
+      w_.layer_tier = m_.ram_tier();
+      DF_CHECK(w_.layer_tier != nullptr);
+    }
+    return {};
+  }
+
+  Result<std::unique_ptr<Sequence>> new_sequence() override;
+  std::string describe() const override { return ""; }
+  uint64_t bytes_read_at_open() const override { return bytes_read_; }
+
+  Model& m_;
+  io::AlignedBuffer arena_;
+  cpu::ForwardWeights w_;
+  uint64_t bytes_read_ = 0;
+};
+
+class CpuSequence final : public Sequence {
+ public:
+  explicit CpuSequence(CpuBackend& b)
+      : b_(b), kv_(b.m_.spec(), b.m_.n_ctx()), forward_(b.m_.spec(), b.w_, b.m_.context()) {}
+
+  Status eval(std::span<const int32_t> tokens, bool all_logits) override {
+    const uint32_t n_batch = std::max<uint32_t>(1, b_.m_.options().n_batch);
+    const size_t n = tokens.size();
+    all_logits_.clear();
+    for (size_t i = 0; i < n; i += n_batch) {
+      const size_t m = std::min<size_t>(n_batch, n - i);
+      DF_TRY(forward_.run(tokens.subspan(i, m), kv_, all_logits));
+      if (all_logits) all_logits_.insert(all_logits_.end(), forward_.logits().begin(), forward_.logits().end());
+    }
+    rows_all_ = all_logits;
+    return {};
+  }
+  std::span<const float> logits() override {
+    if (rows_all_) return all_logits_;
+    const auto& l = forward_.logits();
+    return std::span<const float>(l.data(), std::min<size_t>(l.size(), b_.m_.spec().n_vocab));
+  }
+  int32_t next_token(sampling::Sampler& sampler, std::span<const int32_t> history) override {
+    return sampler.sample(logits().last(b_.m_.spec().n_vocab), history);
+  }
+  uint32_t n_past() const override { return kv_.n_past; }
+  uint32_t n_ctx() const override { return kv_.n_ctx; }
+  void truncate(uint32_t n_keep) override { kv_.n_past = std::min(kv_.n_past, n_keep); }
+  SessionStats stats() override { return {.backend = "cpu"}; }
+  void set_routing_stats(model::RoutingStats* r) override { forward_.set_routing_stats(r); }
+
+ private:
+  CpuBackend& b_;
+  cpu::KvCache kv_;
+  cpu::Forward forward_;
+  std::vector<float> all_logits_;
+  bool rows_all_ = false;
+};
+
+Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() { return std::unique_ptr<Sequence>(new CpuSequence(*this)); }
+
+}  // namespace
+
+Result<std::unique_ptr<BackendModel>> open_cpu_backend(Model& model, model::TensorSource& source) {
+  auto b = std::make_unique<CpuBackend>(model);
+  DF_TRY(b->load(source));
+  return std::unique_ptr<BackendModel>(std::move(b));
+}
+
+}  // namespace df::engine

@@ -1,0 +1,28 @@
+#include "diskformer/engine/session.h"
+
+#include "engine/sequence.h"
+
+namespace df::engine {
+
+Result<Session> Session::create(Model& model) {
+  DF_ASSIGN(std::unique_ptr<Sequence> s, model.backend_model().new_sequence());
+  return Session(std::move(s));
+}
+
+Session::Session(std::unique_ptr<Sequence> s) : seq_(std::move(s)) {}
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+Status Session::eval(std::span<const int32_t> tokens, bool all_logits) { return seq_->eval(tokens, all_logits); }
+std::span<const float> Session::logits() { return seq_->logits(); }
+int32_t Session::next_token(sampling::Sampler& sampler, std::span<const int32_t> history) {
+  return seq_->next_token(sampler, history);
+}
+uint32_t Session::n_past() const { return seq_->n_past(); }
+uint32_t Session::n_ctx() const { return seq_->n_ctx(); }
+void Session::truncate(uint32_t n_keep) { seq_->truncate(n_keep); }
+SessionStats Session::stats() { return seq_->stats(); }
+void Session::set_routing_stats(model::RoutingStats* r) { seq_->set_routing_stats(r); }
+
+}  // namespace df::engine

@@ -1,0 +1,79 @@
+#include "diskformer/model/moe_schedule.h"
+
+#include <algorithm>
+
+#include "diskformer/util/check.h"
+
+namespace df::model {
+
+namespace {
+// Stand-ins until the first measurement: a PCIe 5 x16 link, and 16 cores reading expert weights.
+constexpr double kCopyGuess = 1.0 / 50e9, kCpuGuess = 1.0 / 20e9;
+}  // namespace
+
+int64_t cpu_share_count(int64_t missed, double cpu, double copy) {
+  int64_t best = 0;
+  for (int64_t c = 1; c <= missed; ++c)
+    if (std::max(double(c) * cpu, double(missed - c) * copy) < std::max(double(best) * cpu, double(missed - best) * copy))
+      best = c;
+  return best;
+}
+
+void schedule_moe(const MoeStep& s, MoeSchedule& out) {
+  DF_CHECK(s.n_expert > 0 && s.n_used > 0 && s.max_group >= uint32_t(s.n_used));
+  const int64_t nk = int64_t(s.n_tok) * s.n_used;
+  DF_CHECK(int64_t(s.ids.size()) == nk);
+  out.distinct.clear();
+  out.gpu.clear();
+  out.groups.clear();
+  out.cpu.clear();
+  out.prefetch_compute.clear();
+  out.prefetch_ram.clear();
+  out.where.assign(size_t(s.n_expert), -1);
+  for (int64_t v = 0; v < nk; ++v) {
+    const int32_t e = s.ids[size_t(v)];
+    DF_CHECK(e >= 0 && e < s.n_expert);
+    if (out.where[size_t(e)] < 0) {
+      out.where[size_t(e)] = 0;  // seen; the index into gpu comes below
+      out.distinct.push_back(e);
+    }
+  }
+  out.missed = 0;
+  std::vector<int32_t>& missed = out.prefetch_ram;  // scratch until the reads ahead are chosen
+  for (int32_t e : out.distinct)
+    if (!s.resident || !s.resident(e)) missed.push_back(e);
+  out.missed = int64_t(missed.size());
+  if (s.cpu_share && s.n_tok == 1 && !missed.empty()) {
+    const double bytes = double(s.record_bytes);
+    const double copy = bytes * (s.copy_s_per_byte > 0 ? s.copy_s_per_byte : kCopyGuess);
+    const double cpu = bytes * (s.cpu_s_per_byte > 0 ? s.cpu_s_per_byte : kCpuGuess);
+    const int64_t c = cpu_share_count(int64_t(missed.size()), cpu, copy);
+    // The last missed ones in routing order that RAM holds (the CPU never waits for the disk).
+    for (auto it = missed.rbegin(); it != missed.rend() && int64_t(out.cpu.size()) < c; ++it)
+      if (!s.in_ram || s.in_ram(*it)) out.cpu.insert(out.cpu.begin(), *it);
+  }
+  missed.clear();
+  for (int32_t e : out.distinct)
+    if (std::find(out.cpu.begin(), out.cpu.end(), e) == out.cpu.end()) {
+      out.where[size_t(e)] = int32_t(out.gpu.size());
+      out.gpu.push_back(e);
+    } else {
+      out.where[size_t(e)] = -1;
+    }
+  const int64_t D = int64_t(out.gpu.size()), cap = s.max_group;
+  const int64_t G = D <= (s.overlap ? cap / 2 : cap) ? D : std::max<int64_t>(s.n_used, s.overlap ? cap / 2 : cap);
+  for (int64_t g0 = 0; g0 < D; g0 += G) out.groups.push_back({int32_t(g0), int32_t(std::min(D, g0 + G))});
+
+  for (int32_t e : s.guess) {
+    if (e < 0 || e >= s.n_expert) continue;
+    const bool in_ram = !s.next_in_ram || s.next_in_ram(e);
+    if (s.next_resident && s.next_resident(e)) continue;
+    if (in_ram) {
+      out.prefetch_compute.push_back(e);
+    } else {
+      out.prefetch_ram.push_back(e);
+    }
+  }
+}
+
+}  // namespace df::model

@@ -1,0 +1,93 @@
+// The one MoE schedule: groups that fit the compute tier (halves with overlap), the CPU's share of decode's misses
+// from the measured rates, and the next layer's reads ahead per tier.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "diskformer/model/moe_schedule.h"
+
+namespace df::model {
+namespace {
+
+TEST(MoeSchedule, DistinctExpertsInFirstUseOrderAndOneGroupWhenTheyFit) {
+  const std::vector<int32_t> ids = {5, 2, 9, 2, 7, 5};  // 3 tokens x top-2
+  MoeSchedule s;
+  schedule_moe({.ids = ids, .n_tok = 3, .n_used = 2, .n_expert = 16, .max_group = 8, .overlap = true}, s);
+  EXPECT_EQ(s.distinct, (std::vector<int32_t>{5, 2, 9, 7}));
+  EXPECT_EQ(s.gpu, s.distinct);
+  ASSERT_EQ(s.groups.size(), 1u);
+  EXPECT_EQ(s.groups[0], (std::pair<int32_t, int32_t>{0, 4}));
+  EXPECT_EQ(s.where[9], 2);
+  EXPECT_EQ(s.where[0], -1);
+  EXPECT_TRUE(s.cpu.empty());
+  EXPECT_EQ(s.missed, 4);  // nothing resident
+}
+
+TEST(MoeSchedule, GroupsOfHalfTheTierWithOverlapOfAllOfItWithout) {
+  std::vector<int32_t> ids;
+  for (int32_t e = 0; e < 40; ++e) ids.push_back(e);  // 10 tokens x top-4, 40 distinct
+  MoeSchedule s;
+  schedule_moe({.ids = ids, .n_tok = 10, .n_used = 4, .n_expert = 64, .max_group = 16, .overlap = true}, s);
+  ASSERT_EQ(s.groups.size(), 5u);
+  for (const auto& [a, b] : s.groups) EXPECT_LE(b - a, 8);
+  schedule_moe({.ids = ids, .n_tok = 10, .n_used = 4, .n_expert = 64, .max_group = 16, .overlap = false}, s);
+  ASSERT_EQ(s.groups.size(), 3u);
+  EXPECT_EQ(s.groups[2], (std::pair<int32_t, int32_t>{32, 40}));
+  // Never fewer than one token's experts in a group.
+  schedule_moe({.ids = ids, .n_tok = 10, .n_used = 4, .n_expert = 64, .max_group = 5, .overlap = true}, s);
+  for (const auto& [a, b] : s.groups) EXPECT_TRUE(b - a == 4 || b == 40);
+}
+
+TEST(MoeSchedule, CpuShareBalancesItsTimeAgainstTheCopies) {
+  // Equal rates: half of the misses each way (ties: fewer on the CPU).
+  EXPECT_EQ(cpu_share_count(8, 1.0, 1.0), 4);
+  EXPECT_EQ(cpu_share_count(7, 1.0, 1.0), 3);
+  // A CPU three times slower takes a quarter.
+  EXPECT_EQ(cpu_share_count(8, 3.0, 1.0), 2);
+  EXPECT_EQ(cpu_share_count(0, 1.0, 1.0), 0);
+
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8};
+  MoeSchedule s;
+  // Experts 1 and 2 are on the GPU; of the 6 misses the CPU takes the last 3 in routing order.
+  schedule_moe({.ids = ids, .n_tok = 1, .n_used = 8, .n_expert = 16, .max_group = 16, .cpu_share = true,
+                .resident = [](int32_t e) { return e <= 2; }, .record_bytes = 1000,
+                .copy_s_per_byte = 1e-9, .cpu_s_per_byte = 1e-9},
+               s);
+  EXPECT_EQ(s.missed, 6);
+  EXPECT_EQ(s.cpu, (std::vector<int32_t>{6, 7, 8}));
+  EXPECT_EQ(s.gpu, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(s.where[6], -1);
+  EXPECT_EQ(s.where[5], 4);
+  // Only experts RAM holds: 8 is on disk, so the CPU takes 5, 6 and 7.
+  schedule_moe({.ids = ids, .n_tok = 1, .n_used = 8, .n_expert = 16, .max_group = 16, .cpu_share = true,
+                .resident = [](int32_t e) { return e <= 2; }, .in_ram = [](int32_t e) { return e != 8; },
+                .record_bytes = 1000, .copy_s_per_byte = 1e-9, .cpu_s_per_byte = 1e-9},
+               s);
+  EXPECT_EQ(s.cpu, (std::vector<int32_t>{5, 6, 7}));
+  // No share for a batch of several tokens, nor without cpu_share.
+  schedule_moe({.ids = ids, .n_tok = 2, .n_used = 4, .n_expert = 16, .max_group = 16, .cpu_share = true}, s);
+  EXPECT_TRUE(s.cpu.empty());
+}
+
+TEST(MoeSchedule, ReadsAheadGoToTheTierThatLacksThem) {
+  const std::vector<int32_t> ids = {0, 1};
+  const std::vector<int32_t> guess = {3, 4, 5, 6};
+  MoeSchedule s;
+  // Next layer: 3 on the GPU already, 4 and 5 in RAM, 6 only on disk.
+  schedule_moe({.ids = ids, .n_tok = 1, .n_used = 2, .n_expert = 8, .max_group = 4, .guess = guess,
+                .next_resident = [](int32_t e) { return e == 3; },
+                .next_in_ram = [](int32_t e) { return e == 4 || e == 5; }},
+               s);
+  EXPECT_EQ(s.prefetch_compute, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(s.prefetch_ram, (std::vector<int32_t>{6}));
+  // The CPU backend's compute tier is RAM: everything missing there is read ahead into it.
+  schedule_moe({.ids = ids, .n_tok = 1, .n_used = 2, .n_expert = 8, .max_group = 4, .guess = guess,
+                .next_resident = [](int32_t e) { return e == 3; }},
+               s);
+  EXPECT_EQ(s.prefetch_compute, (std::vector<int32_t>{4, 5, 6}));
+  EXPECT_TRUE(s.prefetch_ram.empty());
+}
+
+}  // namespace
+}  // namespace df::model
