@@ -138,9 +138,11 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
   DF_TRY(copy_up(source, list, dev, host ? g->host_.data() : nullptr, o, &g->bytes_read_));
   if (embd_on_host) {
     // The device's address of the pinned rows (every cudaHostAlloc'd block is mapped under unified addressing).
-    void* mapped = nullptr;
-    DF_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, g->host_.data(), 0));
-    g->token_embd_ = model::mat_of(*t.token_embd, static_cast<const uint8_t*>(mapped));
+    cudaPointerAttributes a{};
+    DF_CUDA_CHECK(cudaPointerGetAttributes(&a, g->host_.data()));
+    if (a.type != cudaMemoryTypeHost || a.devicePointer == nullptr)
+      return Error{"token_embd: the GPU cannot read the pinned host rows (no unified addressing)"};
+    g->token_embd_ = model::mat_of(*t.token_embd, static_cast<const uint8_t*>(a.devicePointer));
   }
   if (tied) g->output_ = g->token_embd_;
   // One expert of each stacked tensor, and the stride to the next.

@@ -176,6 +176,10 @@ Result<Pins> DeviceTier::acquire(uint32_t layer, std::span<const int32_t> ids) {
 void DeviceTier::prefetch(uint32_t layer, std::span<const int32_t> ids) {
   if (layer >= options_.n_layers || options_.parts[layer].empty()) return;
   reap(/*wait=*/false);
+  // A RAM tier that evicts lends its slots only once earlier copies are done: a read ahead does not wait for that.
+  if (!upstream_.resident())
+    for (const Batch& b : batches_)
+      if (b.seq) return;
   misses_.clear();
   for (int32_t id : ids) {
     if (id < 0 || uint32_t(id) >= options_.n_index) continue;
