@@ -18,6 +18,8 @@ void add_model_options(Args& args, bool gpu) {
   args.option("--gpu-budget", "SIZE", "GPU memory for the run, CUDA context included; streams experts beyond it");
   args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
               "finishes sooner than their copies to the GPU (default on)");
+  args.option("--expert-prefetch", "on|off", "with --gpu-budget on CUDA: decode copies the next layer's guessed "
+              "experts to the GPU ahead of their use (default on)");
   args.option("--backend", "NAME", "cpu or cuda (default: cuda where a GPU is present, else cpu)");
 }
 
@@ -80,16 +82,18 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
                      (allow_cuda && cuda_built ? " (supported: cpu, cuda)" : " (supported: cpu)"));
     return std::nullopt;
   }
-  const std::string c = args.get_or("--cpu-experts", "on");
-  if (c != "on" && c != "off") {
-    args.usage_error("--cpu-experts takes on or off, got " + c);
-    return std::nullopt;
-  }
+  const std::string c = args.get_or("--cpu-experts", "on"), pf = args.get_or("--expert-prefetch", "on");
+  for (const auto& [name, v] : {std::pair{"--cpu-experts", c}, std::pair{"--expert-prefetch", pf}})
+    if (v != "on" && v != "off") {
+      args.usage_error(std::string(name) + " takes on or off, got " + v);
+      return std::nullopt;
+    }
   o.n_ctx = uint32_t(*ctx);
   o.threads = int(*threads);
   o.ram_budget = *budget;
   o.gpu.budget = *gpu;
   o.gpu.cpu_experts = c == "on";
+  o.gpu.prefetch = pf == "on";
   return o;
 }
 

@@ -11,7 +11,7 @@
 
 namespace df::cli {
 
-// -m, --store, -c, -t, --ram-budget; with gpu: --gpu-budget, --cpu-experts, --backend
+// -m, --store, -c, -t, --ram-budget; with gpu: --gpu-budget, --cpu-experts, --expert-prefetch, --backend
 void add_model_options(Args& args, bool gpu = true);
 void add_sampling_options(Args& args);   // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed, --ignore-eos
 
