@@ -19,7 +19,7 @@ void add_model_options(Args& args, bool gpu) {
   args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
               "finishes sooner than their copies to the GPU (default on)");
   args.option("--expert-prefetch", "on|off", "with --gpu-budget on CUDA: decode copies the next layer's guessed "
-              "experts to the GPU ahead of their use (default on)");
+              "experts to the GPU ahead of their use (default off)");
   args.option("--backend", "NAME", "cpu or cuda (default: cuda where a GPU is present, else cpu)");
 }
 
@@ -82,7 +82,7 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
                      (allow_cuda && cuda_built ? " (supported: cpu, cuda)" : " (supported: cpu)"));
     return std::nullopt;
   }
-  const std::string c = args.get_or("--cpu-experts", "on"), pf = args.get_or("--expert-prefetch", "on");
+  const std::string c = args.get_or("--cpu-experts", "on"), pf = args.get_or("--expert-prefetch", "off");
   for (const auto& [name, v] : {std::pair{"--cpu-experts", c}, std::pair{"--expert-prefetch", pf}})
     if (v != "on" && v != "off") {
       args.usage_error(std::string(name) + " takes on or off, got " + v);

@@ -34,7 +34,10 @@ struct GpuOptions {
   bool decode_graph = true;        // replay single-token steps from a captured CUDA graph
   bool grouped_experts = true;     // batches multiply the routed experts grouped by expert
   bool cpu_experts = true;         // streamed decode computes on the CPU the misses it finishes before their copies
-  bool prefetch = true;            // streamed decode copies the next layer's guessed experts ahead
+  // Streamed decode copies the next layer's guessed experts ahead. Off by default: on the H200 at 1.8 GiB the copies
+  // of wrong guesses took the link from the CPU share's split (42 against 55 tok/s on the 30B shape) and cost
+  // 9.5 GiB decode an eighth.
+  bool prefetch = false;
 };
 
 struct ModelOptions {

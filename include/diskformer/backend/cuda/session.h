@@ -32,7 +32,7 @@ struct StreamedExperts {
   cache::RecordTier* ram = nullptr;  // what the GPU tier copies from, and what the CPU share reads
   const model::RecordLayouts* layouts = nullptr;
   cpu::Context* cpu = nullptr;       // decode's CPU share of the missed experts; nullptr: off
-  bool prefetch = true;              // decode copies the next layer's guessed experts ahead
+  bool prefetch = false;             // decode copies the next layer's guessed experts ahead
 };
 
 struct GpuModel {
