@@ -32,6 +32,8 @@ class WordMerger {
     queue_ = {};
     bool whole = false;
     if (v_.ignore_merges && v_.find(word) != kNoToken) whole = true;
+    // gemma4: a newline run that is itself a token is taken whole, not merged pair by pair (llama.cpp's rule, so
+    // that consecutive newlines come out as Gemma 4's reference tokenizer has them).
     if (v_.pre_type == PreType::Gemma4 && word.find_first_not_of('\n') == std::string::npos &&
         v_.find(word) != kNoToken)
       whole = true;

@@ -1,10 +1,13 @@
 // The regex lists are llama.cpp's (llm_tokenizer_bpe's constructor), pattern for pattern, so that splits match
 // its own.  llama.cpp runs most of them through std::regex on a "collapsed" text in which every non-ASCII
-// code point stands for its general category; two of them through hand-written matchers.  PCRE2 with UCP on the
-// real text gives the same splits, given the adjustments made when compiling (see adapt()).
-// Known remaining differences, both outside the shared test suites: the Unicode version of the category tables
-// (PCRE2's against llama.cpp's generated ones), and kimi-k2's Han test (PCRE2's \p{Han} script where llama.cpp
-// lists CJK blocks).
+// code point stands for its general category; the common ones (gpt-2, llama3, qwen2, qwen35, ...) through
+// hand-written matchers.  PCRE2 with UCP on the real text gives the same splits, given the adjustments made when
+// compiling (see adapt()).
+// Known remaining differences, both outside the shared test suites:
+//  - the Unicode version of the category tables: llama.cpp's are Unicode 15.1, PCRE2 10.42's are 14.0, so the
+//    characters added in 15.0 and 15.1 (CJK extensions H and I, Kawi, Nag Mundari, Lao U+0ECE, Kannada U+0CF3,
+//    new emoji, ...) are letters, marks or symbols there and unassigned here;
+//  - kimi-k2's Han test (PCRE2's \p{Han} script where llama.cpp lists CJK blocks).
 #include "tokenizer/pretokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8

@@ -2,7 +2,9 @@
 // settings) must come out byte for byte, or fail where Jinja2 failed.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
+#include <set>
 
 #include "chat/reference_clock.h"
 #include "diskformer/chat/template.h"
@@ -65,6 +67,24 @@ TEST(ChatExpected, EveryCaseMatchesJinja2) {
     }
   }
   EXPECT_EQ(rendered + errors, cases.size());
+}
+
+// The test above covers only the templates expected.json names: each template file must be among them, so that
+// a family added to jinja/ does not go unchecked.
+TEST(ChatExpected, EveryTemplateFileHasCases) {
+  DF_REQUIRE_SHARED(path, "templates/expected.json");
+  const ojson doc = ojson::parse(slurp(path));
+  std::set<std::string> named;
+  for (const auto& c : doc.at("cases")) named.insert(c.at("template").get<std::string>());
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(df::test::shared_dir() / "templates/jinja")) {
+    if (entry.path().extension() != ".jinja") continue;
+    ++files;
+    EXPECT_TRUE(named.count(entry.path().filename().string())) << entry.path().filename() << " has no case";
+  }
+  EXPECT_GT(files, 0u);
+  EXPECT_TRUE(named.count("google-gemma-4-31B-it.jinja"));
+  EXPECT_TRUE(named.count("Qwen3.5-4B.jinja"));
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ constexpr const char* kLlama = "vocab/ggml-vocab-llama-spm.gguf";
 constexpr const char* kPhi3 = "vocab/ggml-vocab-phi-3.gguf";
 constexpr const char* kGpt2 = "vocab/ggml-vocab-gpt-2.gguf";
 constexpr const char* kDeepseekCoder = "vocab/ggml-vocab-deepseek-coder.gguf";
+constexpr const char* kGemma4 = "vocab/ggml-vocab-gemma4.gguf";
+constexpr const char* kQwen35 = "vocab/ggml-vocab-qwen35.gguf";
 
 bool valid_utf8(const std::string& s) {
   size_t i = 0;
@@ -171,6 +173,96 @@ TEST(Decode, RemoveSpecialDropsBosAndKeepsSpmSpace) {
   EXPECT_EQ(llama.decode(ids, {.render_special = true}), "<s> Hello world");
 }
 
+// gemma4: BPE merges over the text with spaces as U+2581, one word per line and per newline run.
+TEST(Gemma4, SpacesBecomeMarksAndNewlineRunsStayWhole) {
+  DF_REQUIRE_SHARED(g, kGemma4);
+  const Tokenizer& tok = load(kGemma4);
+  const int32_t hello = tok.find("Hello"), world = tok.find("\xe2\x96\x81world");
+  const int32_t three_nl = tok.find("\n\n\n"), two_spaces = tok.find("\xe2\x96\x81\xe2\x96\x81");
+  ASSERT_NE(world, kNoToken);
+  ASSERT_NE(three_nl, kNoToken);
+  ASSERT_NE(two_spaces, kNoToken);
+  EXPECT_EQ(tok.encode("Hello world\n\n\n", {.add_bos = false}), (std::vector<int32_t>{hello, world, three_nl}));
+  EXPECT_EQ(tok.token_to_piece(world), " world");
+  EXPECT_EQ(tok.token_to_piece(two_spaces), "  ");
+  EXPECT_EQ(tok.nl(), tok.find("\n"));
+  // No space prefix: the first word keeps no mark, and decode adds or strips nothing.
+  EXPECT_FALSE(tok.vocab().add_space_prefix);
+  EXPECT_EQ(tok.decode(tok.encode("Hello world")), "Hello world");
+  // A U+2581 written in the text is a space to the merges, as in llama.cpp: it comes back as ' '.
+  EXPECT_EQ(tok.encode(" \xe2\x96\x81x", {.add_bos = false}), (std::vector<int32_t>{two_spaces, tok.find("x")}));
+}
+
+TEST(Gemma4, CharactersWithoutATokenFallBackToBytes) {
+  DF_REQUIRE_SHARED(g, kGemma4);
+  const Tokenizer& tok = load(kGemma4);
+  ASSERT_EQ(tok.find("\xf0\x9f\xa6\x99"), kNoToken);  // no token for the llama emoji
+  const std::vector<int32_t> bytes = {tok.find("<0xF0>"), tok.find("<0x9F>"), tok.find("<0xA6>"),
+                                      tok.find("<0x99>")};
+  EXPECT_EQ(tok.encode("\xf0\x9f\xa6\x99", {.add_bos = false}), bytes);
+  EXPECT_EQ(tok.token_to_piece(bytes[0]), "\xf0");
+  EXPECT_EQ(tok.decode(bytes), "\xf0\x9f\xa6\x99");
+  StreamDecoder dec(tok);
+  EXPECT_EQ(dec.push(bytes[0]), "");
+  EXPECT_EQ(dec.push(bytes[1]), "");
+  EXPECT_EQ(dec.push(bytes[2]), "");
+  EXPECT_EQ(dec.push(bytes[3]), "\xf0\x9f\xa6\x99");
+  // Invalid UTF-8 gets no byte fallback: as for byte-level BPE, each bad byte is U+FFFD before the merges.
+  EXPECT_EQ(tok.decode(tok.encode("a\xff", {.add_bos = false})), "a\xef\xbf\xbd");
+}
+
+TEST(Gemma4, BosAlwaysAndItsEndOfGenerationTokens) {
+  DF_REQUIRE_SHARED(g, kGemma4);
+  const Tokenizer& tok = load(kGemma4);
+  EXPECT_TRUE(tok.add_bos());
+  EXPECT_EQ(tok.encode("Hi").front(), tok.bos());
+  EXPECT_EQ(tok.token_to_piece(tok.bos()), "");
+  EXPECT_EQ(tok.token_to_piece(tok.bos(), true), "<bos>");
+  const int32_t end_of_turn = tok.find("<end_of_turn>"), eos_text = tok.find("<eos>");
+  EXPECT_EQ(tok.eos(), end_of_turn);
+  EXPECT_TRUE(tok.is_eog(end_of_turn));
+  EXPECT_TRUE(tok.is_eog(eos_text));  // stored as a normal token; llama.cpp makes it a control token that ends
+  EXPECT_TRUE(tok.is_control(eos_text));
+  EXPECT_FALSE(tok.is_eog(tok.find("Hello")));
+  const std::string turn = "Hi<end_of_turn>\n";
+  const auto on = tok.encode(turn, {.add_bos = false, .parse_special = true});
+  EXPECT_EQ(on, (std::vector<int32_t>{tok.find("Hi"), end_of_turn, tok.nl()}));
+  EXPECT_FALSE(contains(tok.encode(turn, {.add_bos = false}), end_of_turn));
+  EXPECT_EQ(tok.decode(on, {.render_special = true}), turn);
+
+  // llama.cpp adds BOS to a gemma4 vocabulary even where the file says not to, and ignores the file's
+  // pre-tokenizer name: tokenizer.ggml.model decides both.
+  auto f = gguf::read_file(g.string());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  for (auto& kv : f->metadata) {
+    if (kv.key == "tokenizer.ggml.add_bos_token") kv.value = gguf::Value::boolean(false);
+  }
+  std::erase_if(f->metadata, [](const gguf::KeyValue& kv) { return kv.key == "tokenizer.ggml.pre"; });
+  f->metadata.push_back({.key = "tokenizer.ggml.pre", .value = gguf::Value::string("gpt-2")});
+  f->reindex();
+  auto other = Tokenizer::from_gguf(*f);
+  ASSERT_TRUE(other.ok()) << other.error().message;
+  EXPECT_TRUE(other->add_bos());
+  EXPECT_EQ(other->vocab().pre_type, PreType::Gemma4);
+  EXPECT_EQ(other->encode("Hello world\n\n\n"), tok.encode("Hello world\n\n\n"));
+}
+
+// qwen35: letter runs take combining marks along, where qwen2's leave a mark to the punctuation run.  The
+// shared qwen35 suite tokenizes alike under both splitters, so this is the case that tells them apart.
+TEST(Qwen35, CombiningMarksStayWithTheirLetters) {
+  DF_REQUIRE_SHARED(a, kQwen35);
+  DF_REQUIRE_SHARED(b, kQwen);
+  const Tokenizer& qwen35 = load(kQwen35);
+  const Tokenizer& qwen2 = load(kQwen);  // the same Qwen vocabulary under the qwen2 splitter
+  const std::string beh_fatha = "\xd8\xa8\xd9\x8e";  // U+0628 U+064E: a letter and its combining vowel mark
+  EXPECT_EQ(qwen35.encode(beh_fatha).size(), 1u);
+  EXPECT_EQ(qwen2.encode(beh_fatha).size(), 2u);
+  EXPECT_EQ(qwen35.encode("Hello world"), qwen2.encode("Hello world"));
+  EXPECT_EQ(qwen35.decode(qwen35.encode(beh_fatha)), beh_fatha);
+  EXPECT_EQ(qwen35.vocab().pre_type, PreType::Qwen35);
+  EXPECT_FALSE(qwen35.add_bos());
+}
+
 TEST(InvalidUtf8, ByteLevelReplacesAndSpmKeepsBytes) {
   DF_REQUIRE_SHARED(q, kQwen);
   DF_REQUIRE_SHARED(l, kLlama);
@@ -206,12 +298,14 @@ TEST(Stream, HoldsBackSplitCharacters) {
   const std::string text = "Llamas 🦙 and rockets 🚀 say нещо на Български, ကာ 😶‍🌫️!";
   check_stream(load(kQwen), text, false);
   check_stream(load(kLlama), text, true);
+  if (std::filesystem::exists(test::shared_dir() / kGemma4)) check_stream(load(kGemma4), text, false);
 }
 
 TEST(Stream, ExactBytesOfAnSpmEmoji) {
   DF_REQUIRE_SHARED(l, kLlama);
   const Tokenizer& tok = load(kLlama);
-  const std::vector<int32_t> bytes = {tok.find("<0xF0>"), tok.find("<0x9F>"), tok.find("<0xA6>"), tok.find("<0x99>")};
+  const std::vector<int32_t> bytes = {tok.find("<0xF0>"), tok.find("<0x9F>"), tok.find("<0xA6>"),
+                                      tok.find("<0x99>")};
   StreamDecoder dec(tok);
   EXPECT_EQ(dec.push(bytes[0]), "");
   EXPECT_EQ(dec.push(bytes[1]), "");
@@ -306,7 +400,8 @@ std::string random_text(std::mt19937& rng, size_t pieces) {
 }
 
 TEST(RoundTrip, RandomTextThroughEveryVocabulary) {
-  for (const char* rel : {kQwen, kLlama, kGpt2, kDeepseekCoder, kPhi3, "vocab/ggml-vocab-falcon.gguf"}) {
+  for (const char* rel :
+       {kQwen, kLlama, kGpt2, kDeepseekCoder, kPhi3, "vocab/ggml-vocab-falcon.gguf", kGemma4, kQwen35}) {
     if (!std::filesystem::exists(test::shared_dir() / rel)) GTEST_SKIP() << "missing shared file " << rel;
     const Tokenizer& tok = load(rel);
     std::mt19937 rng(1234);

@@ -85,6 +85,27 @@ TEST(TokenizeCli, PiecesNoBosAndFileInput) {
             tok->encode("line one\nline two\n", {.add_bos = false}));
 }
 
+// The two vocabularies of the newer families: gemma4's BPE (BOS always, spaces as U+2581) and qwen35's splitter.
+TEST(TokenizeCli, Gemma4AndQwen35Vocabularies) {
+  DF_REQUIRE_SHARED(gemma4, "vocab/ggml-vocab-gemma4.gguf");
+  DF_REQUIRE_SHARED(qwen35, "vocab/ggml-vocab-qwen35.gguf");
+  const std::string text = "Hello world\n\n  caf\xc3\xa9 na\xc3\xafve \xf0\x9f\xa6\x99";
+  for (const auto& path : {gemma4, qwen35}) {
+    auto tok = Tokenizer::from_file(path.string());
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    CliRun r = run_cli({"-m", path.string(), "-p", text});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out).get<std::vector<int32_t>>(), tok->encode(text)) << path;
+  }
+  CliRun r = run_cli({"-m", gemma4.string(), "--pieces", "-p", "Hello world"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_EQ(j[0]["piece"], "<bos>");
+  EXPECT_EQ(j[1]["piece"], "Hello");
+  EXPECT_EQ(j[2]["piece"], " world");
+}
+
 TEST(TokenizeCli, FailuresExitWithOneLine) {
   DF_REQUIRE_SHARED(llama, kLlama);
   CliRun r = run_cli({"-m", llama.string()});

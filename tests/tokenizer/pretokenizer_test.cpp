@@ -42,6 +42,19 @@ TEST(PreTokenizer, Qwen2SplitsDigits) {
   EXPECT_EQ(split(PreType::Qwen2, "x12345"), (Words{"x", "1", "2", "3", "4", "5"}));
 }
 
+TEST(PreTokenizer, Qwen35LettersTakeTheirMarks) {
+  // U+0301 and U+0308 are combining marks: qwen35's letter runs hold them, qwen2's leave them to the next
+  // letter run or to a punctuation run.
+  EXPECT_EQ(split(PreType::Qwen35, "cafe\xcc\x81s 1\xcc\x81 x\xcc\x88!"),
+            (Words{"cafe\xcc\x81s", " ", "1", "\xcc\x81", " x\xcc\x88", "!"}));
+  EXPECT_EQ(split(PreType::Qwen2, "cafe\xcc\x81s 1\xcc\x81 x\xcc\x88!"),
+            (Words{"cafe", "\xcc\x81s", " ", "1", "\xcc\x81", " x", "\xcc\x88!"}));
+}
+
+TEST(PreTokenizer, Gemma4SplitsLinesOnly) {
+  EXPECT_EQ(split(PreType::Gemma4, "a b\n\n c\r\nd"), (Words{"a b", "\n\n", " c\r", "\n", "d"}));
+}
+
 TEST(PreTokenizer, EmptyMatchesSplit) {
   // superbpe's lookahead-only pattern matches empty strings; each one is a cut.
   EXPECT_EQ(split(PreType::SuperBpe, "1234567"), (Words{"1", "234", "567"}));

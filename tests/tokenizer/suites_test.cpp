@@ -77,6 +77,8 @@ constexpr SuiteCase kSuites[] = {
     {"falcon", "vocab/ggml-vocab-falcon.gguf", false},
     {"deepseek-coder", "vocab/ggml-vocab-deepseek-coder.gguf", false},
     {"qwen2", "models/qwen3moe-q4_0.gguf", false},
+    {"gemma4", "vocab/ggml-vocab-gemma4.gguf", false},
+    {"qwen35", "vocab/ggml-vocab-qwen35.gguf", false},
 };
 
 class VocabSuite : public ::testing::TestWithParam<SuiteCase> {};
@@ -100,8 +102,9 @@ TEST_P(VocabSuite, MatchesLlamaCpp) {
   EXPECT_EQ(failures, 0);
 }
 
-// The suites' texts come back from their ids: byte-level BPE is lossless for valid UTF-8, and SentencePiece
-// loses only the space prefix it adds (which detokenization strips from the first piece).
+// The suites' texts come back from their ids: byte-level BPE is lossless for valid UTF-8, gemma4's BPE too (its
+// U+2581 print as spaces, characters without a token as their <0xXX> bytes), and SentencePiece loses only the
+// space prefix it adds (which detokenization strips from the first piece).
 TEST_P(VocabSuite, RoundTrips) {
   const SuiteCase& c = GetParam();
   const std::string base = std::string("vocab/ggml-vocab-") + c.name + ".gguf";
@@ -148,7 +151,9 @@ TEST_P(GoldPrompts, PromptIdsMatch) {
 
 INSTANTIATE_TEST_SUITE_P(Shared, GoldPrompts,
                          ::testing::Values("qwen3moe-q4_0", "qwen3moe-q8_0", "qwen3-q4_0", "llama-f16",
-                                           "mixtral-q4_0"),
+                                           "mixtral-q4_0", "qwen3moe-q4_k_m", "qwen3moe-q3_k_m", "qwen3moe-iq4_xs",
+                                           "qwen3-q6_k", "qwen3-q2_k", "mixtral-q5_k_m", "gemma4-moe-q8_0",
+                                           "gemma4-e2b-q8_0", "qwen35moe-q8_0"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

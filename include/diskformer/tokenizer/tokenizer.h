@@ -11,9 +11,9 @@
 // always recognised, as llama.cpp and Hugging Face tokenizers do.
 //
 // Invalid UTF-8 in input text (llama.cpp's policy, reproduced):
-//   - byte-level BPE: the pre-tokenizer decodes text leniently (overlong forms and surrogates are accepted as
-//     code points); every byte that does not start a well-formed sequence becomes U+FFFD, which is then
-//     byte-encoded like any other character.  Such input therefore does not round-trip.
+//   - BPE (byte-level, and gemma4's over raw UTF-8): the pre-tokenizer decodes text leniently (overlong forms and
+//     surrogates are accepted as code points); every byte that does not start a well-formed sequence becomes
+//     U+FFFD, which is then tokenized like any other character.  Such input therefore does not round-trip.
 //   - SentencePiece: text is cut into characters by the lead byte's length alone; a piece that is not in the
 //     vocabulary falls back to its bytes as <0xXX> tokens, so every input byte survives and round-trips.
 // Output of token_to_piece/decode may itself be invalid UTF-8 (a byte token, or half of a character split

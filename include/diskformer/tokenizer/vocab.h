@@ -19,7 +19,7 @@ constexpr int32_t kNoToken = -1;  // LLAMA_TOKEN_NULL
 
 enum class VocabType {
   Spm,  // tokenizer.ggml.model = "llama": SentencePiece scores, byte fallback via <0xXX>
-  Bpe,  // "gpt2" (byte-level BPE) and "gemma4" (BPE over raw UTF-8 with <0xXX> byte fallback)
+  Bpe,  // "gpt2" (byte-level BPE) and "gemma4" (BPE over raw UTF-8, spaces as U+2581, <0xXX> byte fallback)
 };
 
 // Bit flags with llama.cpp's llama_token_attr values.
