@@ -257,10 +257,8 @@ int cmd_inspect(int argc, char** argv) {
   auto path = args.get("--model");
   if (!path) return args.usage_error("-m MODEL is required");
   auto gpu_budget = args.get_size("--gpu-budget");
-  auto ctx = args.get_int("--ctx-size", 0);
+  auto ctx = args.get_int("--ctx-size", 0, 0, 1 << 24);
   if (!gpu_budget || !ctx) return args.exit_code();
-  if (*ctx < 0 || *ctx > (1 << 24))
-    return args.usage_error("-c must be between 0 and 16777216, got " + std::to_string(*ctx));
   auto f = gguf::read_file(*path);
   if (!f) {
     std::fprintf(stderr, "diskformer inspect: %s\n", f.error().message.c_str());
