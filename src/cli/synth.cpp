@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/partial_file.h"
 #include "diskformer/synth/synth.h"
 #include "diskformer/util/size.h"
 
@@ -65,6 +66,7 @@ int cmd_synth(int argc, char** argv) {
       std::fprintf(stderr, "\rsynth: %s / %s  %.0f MB/s  ", format_size(done).c_str(), format_size(total).c_str(),
                    s > 0 ? done / s / 1e6 : 0.0);
     };
+  const RemoveOnSignal cleanup(*out + ".partial");  // gguf::Writer's partial file
   Status st = synth::write_model(o);
   if (tty) std::fprintf(stderr, "\n");
   if (!st) {
