@@ -71,7 +71,7 @@ class ProgressPrinter {
 }  // namespace
 
 int cmd_ingest(int argc, char** argv) {
-  Args args("ingest", "diskformer ingest -m MODEL.gguf|URL --store DIR [options]");
+  Args args("ingest", "-m MODEL.gguf|URL --store DIR [options]");
   args.option("-m,--model", "PATH|URL", "the GGUF to repack: a file or an http(s) URL (read with Range requests)");
   args.option("--store", "DIR", "the store directory to write (created where missing)");
   args.flag("--force", "replace a store or an interrupted ingest of another source or layout in DIR");
