@@ -113,12 +113,23 @@ class DataFile {
   ~DataFile() {
     if (fd_ >= 0) ::close(fd_);
   }
-  // fresh: truncates, then reserves `bytes` (zeros) so that a full disk shows up now rather than half-way.
+  // fresh: a new file (whatever was at the path is unlinked first, so no link or hard link is written through),
+  // then reserves `bytes` (zeros) so that a full disk shows up now rather than half-way. Otherwise the existing
+  // file, which must be the store's own: not a link, and no other name for its bytes.
   Status open(const std::string& path, uint64_t bytes, bool fresh) {
     path_ = path;
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0644);
-    if (fd_ < 0) return Error{path + ": cannot open for writing: " + detail::errno_text(errno)};
-    if (!fresh) return {};
+    if (fresh && ::unlink(path.c_str()) != 0 && errno != ENOENT)
+      return Error{path + ": cannot remove the old data file: " + detail::errno_text(errno)};
+    fd_ = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_CREAT | O_EXCL : 0), 0644);
+    if (fd_ < 0) return Error{detail::open_error(path, "open for writing", errno)};
+    if (!fresh) {
+      struct stat st {};
+      if (::fstat(fd_, &st) != 0) return Error{path + ": cannot stat: " + detail::errno_text(errno)};
+      if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+        return Error{path + ": has " + std::to_string(st.st_nlink) + " names (hard links); refusing to write into " +
+                     "bytes another file shares"};
+      return {};
+    }
     if (::fallocate(fd_, 0, 0, static_cast<off_t>(bytes)) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
       return Error{path + ": cannot reserve " + std::to_string(bytes) + " bytes (" + format_size(bytes) +
                    ") for the store: " + detail::errno_text(errno)};
@@ -192,10 +203,11 @@ Status run_once(const IngestOptions& o, RunState& rs) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Error{o.dir + ": cannot create the store directory: " + ec.message()};
+  DF_TRY(detail::refuse_links(o.dir));
   // One writer per directory; the kernel drops the lock with the process, however it ends.
   const std::string lock_path = (dir / kLockFile).string();
-  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0) return Error{lock_path + ": cannot create: " + detail::errno_text(errno)};
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (lock_fd < 0) return Error{detail::open_error(lock_path, "create", errno)};
   struct LockGuard {
     int fd;
     ~LockGuard() { ::close(fd); }
@@ -255,7 +267,7 @@ Status run_once(const IngestOptions& o, RunState& rs) {
         auto done_it = j.find("done");
         uint64_t done = done_it != j.end() && done_it->is_number_unsigned() ? done_it->get<uint64_t>() : 0;
         struct stat st {};
-        bool data_ok = ::stat(data_path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == h->data_bytes &&
+        bool data_ok = ::lstat(data_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == h->data_bytes &&
                        h->data_bytes == plan.repacked.file_bytes();
         if (!foreign.empty()) {
           // --force: replace it.
