@@ -76,7 +76,7 @@ Result<Store> Store::open(const std::string& dir, const StoreOptions& options) {
     (void)ignored;
     std::string change = describe_change(h.source, now);
     if (!change.empty())
-      return Error{dir + ": the source " + options.source + " changed since the store was made (" + change +
+      return Error{dir + ": the source " + redact_url(options.source) + " changed since the store was made (" + change +
                    "); run diskformer ingest again to rebuild it"};
   }
 
