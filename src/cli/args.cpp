@@ -151,7 +151,8 @@ std::optional<int64_t> Args::get_int(const std::string& name, int64_t fallback, 
   const std::string expects = "option " + spelled(name) + " expects an integer" + (range.empty() ? "" : " " + range);
   try {
     size_t used = 0;
-    const long long x = std::stoll(*v, &used, 0);  // throws out_of_range beyond int64
+    // Decimal, as llama.cpp reads its integers: "010" is ten, not an octal eight. Throws out_of_range beyond int64.
+    const long long x = std::stoll(*v, &used, 10);
     if (used == v->size() && x >= min && x <= max) return x;
   } catch (...) {
   }

@@ -65,6 +65,13 @@ INSTANTIATE_TEST_SUITE_P(
                               "--layers 4294967297",
                               "--layers"}));
 
+TEST(Cli, IntegersAreDecimal) {
+  // "08" is eight (not an invalid octal number): past the options, the missing model is the failure.
+  const CliRun r = run_cli_capture("run -m /nonexistent.gguf -p hi --top-k 08 --seed 010");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(run_cli_capture("run -m /nonexistent.gguf -p hi --top-k 0x10").status, 2);
+}
+
 TEST(Cli, ThreadsBeyondTheMachineWarnAndGoOn) {
   const unsigned hardware = std::thread::hardware_concurrency();
   if (hardware == 0 || hardware >= 1024) GTEST_SKIP() << "hardware threads unknown or at -t's limit";
