@@ -164,7 +164,8 @@ std::optional<double> Args::get_double(const std::string& name, double fallback,
   auto v = get(name);
   if (!v) return fallback;
   const std::string range = range_text<double>(min, max, -HUGE_VAL, HUGE_VAL, double_text);
-  const std::string expects = "option " + spelled(name) + " expects a finite number" + (range.empty() ? "" : " " + range);
+  const std::string expects =
+      "option " + spelled(name) + " expects a finite number" + (range.empty() ? "" : " " + range);
   try {
     size_t used = 0;
     const double x = std::stod(*v, &used);  // throws out_of_range on overflow; nan and inf parse, and are refused

@@ -176,7 +176,8 @@ int print_text(const gguf::File& f, const model::Breakdown& b) {
 
     std::printf("\ntensors:\n  %-36s %-8s %-24s %14s %14s\n", "name", "type", "shape", "bytes", "offset");
     for (const auto& t : f.tensors)
-      std::printf("  %-36s %-8s %-24s %14llu %14llu\n", shown(t.name).c_str(), std::string(gguf::type_name(t.type)).c_str(),
+      std::printf("  %-36s %-8s %-24s %14llu %14llu\n", shown(t.name).c_str(),
+                  std::string(gguf::type_name(t.type)).c_str(),
                   shape_text(t).c_str(), static_cast<unsigned long long>(t.n_bytes),
                   static_cast<unsigned long long>(t.offset));
   }

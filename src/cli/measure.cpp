@@ -388,7 +388,8 @@ int cmd_measure(int argc, char** argv) {
   uint64_t record_bytes = record->value_or(kDefaultRecordBytes);
   uint64_t block = seq_block->value_or(kDefaultSeqBlock);
   if (record_bytes == 0 || block == 0) return args.usage_error("--record-bytes and --seq-block must be positive");
-  if (*seconds <= 0) return args.usage_error("option --seconds expects a positive number, got " + *args.get("--seconds"));
+  if (*seconds <= 0)
+    return args.usage_error("option --seconds expects a positive number, got " + *args.get("--seconds"));
   std::string backend_arg = args.get_or("--backend", "both");
   std::vector<io::Backend> backends;
   if (backend_arg == "both" || backend_arg == "io_uring") backends.push_back(io::Backend::kUring);

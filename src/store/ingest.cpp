@@ -321,7 +321,8 @@ Status run_once(const IngestOptions& o, RunState& rs) {
         auto done_it = j.find("done");
         uint64_t done = done_it != j.end() && done_it->is_number_unsigned() ? done_it->get<uint64_t>() : 0;
         struct stat st {};
-        bool data_ok = ::lstat(data_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == h->data_bytes &&
+        bool data_ok = ::lstat(data_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+                       static_cast<uint64_t>(st.st_size) == h->data_bytes &&
                        h->data_bytes == plan.repacked.file_bytes();
         if (!foreign.empty()) {
           // --force: replace it.

@@ -34,7 +34,8 @@ Range kill_after_a_checkpoint(const std::string& source, const fs::path& dir, co
   while (r.to <= r.from) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const auto j = nlohmann::json::parse(test::slurp(dir / kProgressFile), nullptr, false);
-    if (j.is_object() && j.contains("verify")) r = {j["verify"]["from"].get<uint64_t>(), j["verify"]["to"].get<uint64_t>()};
+    if (j.is_object() && j.contains("verify"))
+      r = {j["verify"]["from"].get<uint64_t>(), j["verify"]["to"].get<uint64_t>()};
     int status = 0;
     if (r.to <= r.from && ::waitpid(pid, &status, WNOHANG) == pid) {
       ADD_FAILURE() << "the ingest ended before its first checkpoint: " << test::slurp(scratch / "k.err");
@@ -115,7 +116,8 @@ TEST(ResumeCheck, HashIsTheSameHoweverTheBytesAreCut) {
   whole.update(bytes.data(), bytes.size());
   for (size_t cut : {1u, 5u, 31u, 32u, 33u, 4096u, 65537u}) {
     detail::RangeHash pieces;
-    for (size_t at = 0; at < bytes.size(); at += cut) pieces.update(bytes.data() + at, std::min(cut, bytes.size() - at));
+    for (size_t at = 0; at < bytes.size(); at += cut)
+      pieces.update(bytes.data() + at, std::min(cut, bytes.size() - at));
     EXPECT_EQ(pieces.digest(), whole.digest()) << "pieces of " << cut;
   }
   bytes[50000] ^= 1;
