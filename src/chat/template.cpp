@@ -47,14 +47,20 @@ Result<std::string> render_chat(const Template& tpl, const ChatInput& input, con
     return Error{tpl.name() + ": extra template variables must be a JSON object"};
   Value vars = Value::new_dict();
   auto& d = *vars.dict;
-  d.set(Value::string("messages"), from_json(input.messages));
+  auto messages = from_json(input.messages);
+  if (!messages.ok()) return Error{tpl.name() + ": messages: " + messages.error().message};
+  d.set(Value::string("messages"), std::move(messages).value());
   d.set(Value::string("tools"), Value::none());
   d.set(Value::string("documents"), Value::none());
   d.set(Value::string("add_generation_prompt"), Value::boolean(input.add_generation_prompt));
   d.set(Value::string("bos_token"), Value::string(input.bos_token));
   d.set(Value::string("eos_token"), Value::string(input.eos_token));
   if (input.extra.is_object())
-    for (const auto& [k, v] : input.extra.items()) d.set(Value::string(k), from_json(v));
+    for (const auto& [k, v] : input.extra.items()) {
+      auto value = from_json(v);
+      if (!value.ok()) return Error{tpl.name() + ": " + k + ": " + value.error().message};
+      d.set(Value::string(k), std::move(value).value());
+    }
   return tpl.render(vars, options);
 }
 

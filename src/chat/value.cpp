@@ -1,5 +1,6 @@
 #include "diskformer/chat/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -360,8 +361,34 @@ bool to_json(const Value& v, const JsonOptions& opt, std::string& out, std::stri
   return json_into(v, opt, 0, out, bad);
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+size_t json_depth(const nlohmann::ordered_json& j) {
+  using It = nlohmann::ordered_json::const_iterator;
+  if (!j.is_structured()) return 0;
+  // One (next, end) pair per open container: the walk's own stack, on the heap.
+  std::vector<std::pair<It, It>> open{{j.cbegin(), j.cend()}};
+  size_t deepest = 1;
+  while (!open.empty()) {
+    auto& [next, end] = open.back();
+    if (next == end) {
+      open.pop_back();
+      continue;
+    }
+    const nlohmann::ordered_json& child = *next++;
+    if (child.is_structured()) {
+      open.emplace_back(child.cbegin(), child.cend());
+      deepest = std::max(deepest, open.size());
+    }
+  }
+  return deepest;
+}
+
+namespace {
+
+// `depth`: containers around j. Recurses once a level, at most kMaxJsonDepth deep.
+Result<Value> from_json_at(const nlohmann::ordered_json& j, size_t depth) {
   using T = nlohmann::ordered_json::value_t;
+  if (j.is_structured() && depth >= kMaxJsonDepth)
+    return Error{"JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
   switch (j.type()) {
     case T::null: return Value::none();
     case T::boolean: return Value::boolean(j.get<bool>());
@@ -376,16 +403,26 @@ Value from_json(const nlohmann::ordered_json& j) {
     case T::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) {
+        DF_ASSIGN(Value item, from_json_at(e, depth + 1));
+        items.push_back(std::move(item));
+      }
       return Value::new_list(std::move(items));
     }
     case T::object: {
       Value d = Value::new_dict();
-      for (const auto& [k, e] : j.items()) d.dict->items.emplace_back(Value::string(k), from_json(e));
+      for (const auto& [k, e] : j.items()) {
+        DF_ASSIGN(Value item, from_json_at(e, depth + 1));
+        d.dict->items.emplace_back(Value::string(k), std::move(item));
+      }
       return d;
     }
     default: return Value::none();
   }
 }
+
+}  // namespace
+
+Result<Value> from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 }  // namespace df::chat

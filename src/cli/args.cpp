@@ -1,7 +1,10 @@
 #include "cli/args.h"
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
 #include "diskformer/util/size.h"
 
@@ -38,6 +41,10 @@ int Args::usage_error(const std::string& message) {
   std::fprintf(stderr, "diskformer %s: %s\n%s", command_.c_str(), message.c_str(), help().c_str());
   exit_code_ = 2;
   return 2;
+}
+
+void Args::warn(const std::string& message) const {
+  std::fprintf(stderr, "diskformer %s: warning: %s\n", command_.c_str(), message.c_str());
 }
 
 bool Args::parse(int argc, char** argv, int first) {
@@ -108,29 +115,64 @@ std::string Args::get_or(const std::string& name, const std::string& fallback) c
   return v ? *v : fallback;
 }
 
-std::optional<int64_t> Args::get_int(const std::string& name, int64_t fallback) {
+std::string Args::spelled(const std::string& name) const {
+  const Spec* spec = find(name);
+  if (!spec) return name;
+  std::string out;
+  for (const auto& n : spec->names) out += (out.empty() ? "" : "/") + n;
+  return out;
+}
+
+namespace {
+
+// "from -1 to 2147483647", "at least 0": the range as the error states it (the type's limits go unsaid).
+template <typename T>
+std::string range_text(T min, T max, T lowest, T highest, std::string (*show)(T)) {
+  if (min != lowest && max != highest) return "from " + show(min) + " to " + show(max);
+  if (min != lowest) return "at least " + show(min);
+  if (max != highest) return "at most " + show(max);
+  return "";
+}
+
+std::string int_text(int64_t v) { return std::to_string(v); }
+
+std::string double_text(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::optional<int64_t> Args::get_int(const std::string& name, int64_t fallback, int64_t min, int64_t max) {
   auto v = get(name);
   if (!v) return fallback;
+  const std::string range = range_text<int64_t>(min, max, INT64_MIN, INT64_MAX, int_text);
+  const std::string expects = "option " + spelled(name) + " expects an integer" + (range.empty() ? "" : " " + range);
   try {
     size_t used = 0;
-    long long x = std::stoll(*v, &used, 0);
-    if (used == v->size()) return x;
+    // Decimal, as llama.cpp reads its integers: "010" is ten, not an octal eight. Throws out_of_range beyond int64.
+    const long long x = std::stoll(*v, &used, 10);
+    if (used == v->size() && x >= min && x <= max) return x;
   } catch (...) {
   }
-  usage_error("option '" + name + "' expects an integer, got '" + *v + "'");
+  usage_error(expects + ", got '" + *v + "'");
   return std::nullopt;
 }
 
-std::optional<double> Args::get_double(const std::string& name, double fallback) {
+std::optional<double> Args::get_double(const std::string& name, double fallback, double min, double max) {
   auto v = get(name);
   if (!v) return fallback;
+  const std::string range = range_text<double>(min, max, -HUGE_VAL, HUGE_VAL, double_text);
+  const std::string expects =
+      "option " + spelled(name) + " expects a finite number" + (range.empty() ? "" : " " + range);
   try {
     size_t used = 0;
-    double x = std::stod(*v, &used);
-    if (used == v->size()) return x;
+    const double x = std::stod(*v, &used);  // throws out_of_range on overflow; nan and inf parse, and are refused
+    if (used == v->size() && std::isfinite(x) && x >= min && x <= max) return x;
   } catch (...) {
   }
-  usage_error("option '" + name + "' expects a number, got '" + *v + "'");
+  usage_error(expects + ", got '" + *v + "'");
   return std::nullopt;
 }
 
@@ -143,6 +185,13 @@ std::optional<std::optional<uint64_t>> Args::get_size(const std::string& name) {
     return std::nullopt;
   }
   return std::optional<uint64_t>{*r};
+}
+
+void warn_threads(const Args& args, int64_t threads) {
+  const unsigned hardware = std::thread::hardware_concurrency();
+  if (hardware > 0 && threads > int64_t(hardware))
+    args.warn("-t " + std::to_string(threads) + " is more than the " + std::to_string(hardware) +
+              " hardware threads of this machine; threads beyond them only wait for a core");
 }
 
 std::string Args::help() const {

@@ -1,6 +1,7 @@
 // diskformer bench -m MODEL [-p 512] [-n 64] [-r REPS] [--json] [...]: prefill and greedy decode throughput on the
 // chosen backend, where the bytes came from and how fast they moved, through the same engine sessions as run.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -30,9 +31,11 @@ std::optional<std::vector<int64_t>> int_list(Args& args, const std::string& name
   std::string item;
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
+    errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 0) {
-      args.usage_error(name + " takes non-negative integers separated by commas, got '" + text + "'");
+    // At most a context's length (-c's limit), so that p + n and the context they need cannot overflow.
+    if (item.empty() || *end != '\0' || errno == ERANGE || v < 0 || v > (1 << 24)) {
+      args.usage_error(name + " takes integers from 0 to 16777216 separated by commas, got '" + text + "'");
       return std::nullopt;
     }
     out.push_back(v);
@@ -91,11 +94,9 @@ int cmd_bench(int argc, char** argv) {
   if (!args.parse(argc, argv)) return args.exit_code();
   auto ps = int_list(args, "--n-prompt", 512);
   auto ns = int_list(args, "--n-gen", 64);
-  auto reps = args.get_int("--repetitions", 3);
-  auto batch = args.get_int("--batch-size", 512);
+  auto reps = args.get_int("--repetitions", 3, 1, 1000000);
+  auto batch = args.get_int("--batch-size", 512, 1, 65536);
   if (!ps || !ns || !reps || !batch) return args.exit_code();
-  if (*reps < 1) return args.usage_error("-r must be at least 1");
-  if (*batch < 1 || *batch > 65536) return args.usage_error("-b must be 1 .. 65536");
   auto mo = model_options(args, /*allow_cuda=*/true);
   if (!mo) return args.exit_code();
   const auto path = model_path(args);

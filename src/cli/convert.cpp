@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/partial_file.h"
 #include "diskformer/convert/corpus.h"
 #include "diskformer/convert/raw_model.h"
 #include "diskformer/gguf/types.h"
@@ -28,6 +29,7 @@ int cmd_convert(int argc, char** argv) {
   if (raw.has_value() == corpus.has_value()) return args.usage_error("give exactly one of --raw DIR or --corpus TEXT");
   if (!vocab) return args.usage_error("missing --tokenizer-from GGUF");
   if (!out) return args.usage_error("missing -o OUT");
+  const RemoveOnSignal cleanup(*out + ".partial");  // both outputs are written as OUT.partial, then renamed
 
   if (corpus) {
     auto tok = tokenizer::Tokenizer::from_file(*vocab);

@@ -1,5 +1,7 @@
 #include "cli/engine_args.h"
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 
@@ -30,7 +32,7 @@ void add_sampling_options(Args& args) {
   args.option("--top-p", "P", "keep the smallest set with probability >= P (default 0.95, 1 = off)");
   args.option("--min-p", "P", "drop tokens below P x the top probability (default 0.05, 0 = off)");
   args.option("--repeat-penalty", "R", "penalize the last 64 tokens (default 1.0 = off)");
-  args.option("--seed", "S", "random seed (default: random)");
+  args.option("--seed", "S", "random seed, 0 or more (default -1: random)");
   args.flag("--ignore-eos", "keep generating past end-of-generation tokens");
 }
 
@@ -54,19 +56,12 @@ std::optional<std::string> model_path(Args& args) {
 
 std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
   engine::ModelOptions o;
-  auto ctx = args.get_int("--ctx-size", 0);
-  auto threads = args.get_int("--threads", 0);
+  auto ctx = args.get_int("--ctx-size", 0, 0, 1 << 24);
+  auto threads = args.get_int("--threads", 0, 0, 1024);
   auto budget = args.get_size("--ram-budget");
   auto gpu = args.get_size("--gpu-budget");
   if (!ctx || !threads || !budget || !gpu) return std::nullopt;
-  if (*ctx < 0 || *ctx > (1 << 24)) {
-    args.usage_error("-c must be between 0 and 16777216, got " + std::to_string(*ctx));
-    return std::nullopt;
-  }
-  if (*threads < 0 || *threads > 1024) {
-    args.usage_error("-t must be between 1 and 1024, got " + std::to_string(*threads));
-    return std::nullopt;
-  }
+  warn_threads(args, *threads);
 #ifdef DISKFORMER_HAVE_CUDA
   const bool cuda_built = true;
 #else
@@ -99,16 +94,17 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
 
 std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t default_n_predict) {
   engine::GenerateOptions g;
-  auto n = args.get_int("--n-predict", default_n_predict);
-  auto temp = args.get_double("--temp", 0.8);
-  auto top_k = args.get_int("--top-k", 40);
-  auto top_p = args.get_double("--top-p", 0.95);
-  auto min_p = args.get_double("--min-p", 0.05);
-  auto rp = args.get_double("--repeat-penalty", 1.0);
-  auto seed = args.get_int("--seed", -1);
+  constexpr double kNoMax = HUGE_VAL;
+  auto n = args.get_int("--n-predict", default_n_predict, -1, INT32_MAX);
+  auto temp = args.get_double("--temp", 0.8, 0, kNoMax);
+  auto top_k = args.get_int("--top-k", 40, 0, INT32_MAX);
+  auto top_p = args.get_double("--top-p", 0.95, 0, 1);
+  auto min_p = args.get_double("--min-p", 0.05, 0, 1);
+  auto rp = args.get_double("--repeat-penalty", 1.0, 0, kNoMax);
+  auto seed = args.get_int("--seed", -1, -1, INT64_MAX);  // -1: a random seed
   if (!n || !temp || !top_k || !top_p || !min_p || !rp || !seed) return std::nullopt;
   if (*rp <= 0) {
-    args.usage_error("--repeat-penalty must be positive, got " + std::to_string(*rp));
+    args.usage_error("option --repeat-penalty expects a positive number, got " + *args.get("--repeat-penalty"));
     return std::nullopt;
   }
   g.n_predict = int32_t(*n);

@@ -121,26 +121,30 @@ int print_json(const gguf::File& f, const gguf::Breakdown& b) {
   return 0;
 }
 
+// Every text that comes from the file goes through gguf::printable (values through summary(), which uses it):
+// metadata may hold escape sequences, and a table on a terminal must not run them.
+std::string shown(std::string_view s) { return gguf::printable(s); }
+
 int print_text(const gguf::File& f, const gguf::Breakdown& b) {
   std::string arch = f.architecture();
   std::printf("%s: GGUF v%u, %s, %zu tensors, %zu metadata keys, alignment %u, tensor data at offset %llu\n",
               f.path.c_str(), f.version, format_size(f.file_size).c_str(), f.tensors.size(), f.metadata.size(),
               f.alignment, static_cast<unsigned long long>(f.data_offset));
-  std::printf("architecture: %s\n", arch.empty() ? "(none: vocabulary only)" : arch.c_str());
+  std::printf("architecture: %s\n", arch.empty() ? "(none: vocabulary only)" : shown(arch).c_str());
   std::string name = f.get_string_or("general.name", "");
-  if (!name.empty()) std::printf("name: %s\n", name.c_str());
+  if (!name.empty()) std::printf("name: %s\n", shown(name).c_str());
 
   if (!arch.empty()) {
     std::printf("\nhyperparameters:\n");
     for (const auto& kv : f.metadata)
       if (kv.key.rfind(arch + ".", 0) == 0)
-        std::printf("  %-40s %s\n", kv.key.substr(arch.size() + 1).c_str(), kv.value.summary().c_str());
+        std::printf("  %-40s %s\n", shown(kv.key.substr(arch.size() + 1)).c_str(), kv.value.summary().c_str());
   }
 
   auto tok = tokenizer_summary(f);
   if (!tok.model.empty()) {
-    std::printf("\ntokenizer: model %s, pre-tokenizer %s, vocabulary %llu tokens%s\n", tok.model.c_str(),
-                tok.pre.empty() ? "(none)" : tok.pre.c_str(), static_cast<unsigned long long>(tok.vocab_size),
+    std::printf("\ntokenizer: model %s, pre-tokenizer %s, vocabulary %llu tokens%s\n", shown(tok.model).c_str(),
+                tok.pre.empty() ? "(none)" : shown(tok.pre).c_str(), static_cast<unsigned long long>(tok.vocab_size),
                 tok.has_template ? ", chat template" : "");
     for (const auto& [role, p] : tok.special)
       std::printf("  %-5s %-8llu %s\n", role.c_str(), static_cast<unsigned long long>(p.first),
@@ -174,7 +178,8 @@ int print_text(const gguf::File& f, const gguf::Breakdown& b) {
 
     std::printf("\ntensors:\n  %-36s %-8s %-24s %14s %14s\n", "name", "type", "shape", "bytes", "offset");
     for (const auto& t : f.tensors)
-      std::printf("  %-36s %-8s %-24s %14llu %14llu\n", t.name.c_str(), std::string(gguf::type_name(t.type)).c_str(),
+      std::printf("  %-36s %-8s %-24s %14llu %14llu\n", shown(t.name).c_str(),
+                  std::string(gguf::type_name(t.type)).c_str(),
                   shape_text(t).c_str(), static_cast<unsigned long long>(t.n_bytes),
                   static_cast<unsigned long long>(t.offset));
   }
@@ -182,7 +187,7 @@ int print_text(const gguf::File& f, const gguf::Breakdown& b) {
   std::printf("\nother metadata:\n");
   for (const auto& kv : f.metadata)
     if (arch.empty() || kv.key.rfind(arch + ".", 0) != 0)
-      std::printf("  %-40s %s\n", kv.key.c_str(), kv.value.summary().c_str());
+      std::printf("  %-40s %s\n", shown(kv.key).c_str(), kv.value.summary().c_str());
   return 0;
 }
 
@@ -258,10 +263,8 @@ int cmd_inspect(int argc, char** argv) {
   auto path = args.get("--store") ? args.get("--store") : args.get("--model");
   if (!path) return args.usage_error("-m MODEL (or --store DIR) is required");
   auto gpu_budget = args.get_size("--gpu-budget");
-  auto ctx = args.get_int("--ctx-size", 0);
+  auto ctx = args.get_int("--ctx-size", 0, 0, 1 << 24);
   if (!gpu_budget || !ctx) return args.exit_code();
-  if (*ctx < 0 || *ctx > (1 << 24))
-    return args.usage_error("-c must be between 0 and 16777216, got " + std::to_string(*ctx));
   if (*gpu_budget) return print_gpu_plan(*path, **gpu_budget, uint32_t(*ctx), args.has("--json"));
   auto r = store::open_model_records(*path);
   if (!r) {

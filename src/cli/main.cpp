@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/output.h"
 
 namespace {
 
@@ -27,9 +28,14 @@ constexpr Command kCommands[] = {
     {"chat", df::cli::cmd_chat, "interactive chat with the model's chat template, replies streamed"},
 };
 
+constexpr const char* kVersion = "0.1.0";
+
 void print_usage(FILE* out) {
-  std::fprintf(out, "usage: diskformer COMMAND [options]   (diskformer COMMAND --help for its options)\n\ncommands:\n");
+  std::fprintf(out, "usage: diskformer COMMAND [options]   (diskformer COMMAND --help for its options)\n"
+                    "       diskformer --help | --version\n\ncommands:\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-16s %s\n", c.name, c.summary);
+  std::fprintf(out, "\noptions:\n  %-16s %s\n  %-16s %s\n", "-h, --help", "this list of commands", "--version",
+               "print the version and exit");
 }
 
 }  // namespace
@@ -42,14 +48,14 @@ int main(int argc, char** argv) {
   std::string name = argv[1];
   if (name == "-h" || name == "--help" || name == "help") {
     print_usage(stdout);
-    return 0;
+    return df::cli::finish_stdout("help", 0);
   }
   if (name == "--version") {
-    std::printf("diskformer 0.1.0\n");
-    return 0;
+    std::printf("diskformer %s\n", kVersion);
+    return df::cli::finish_stdout("--version", 0);
   }
   for (const auto& c : kCommands)
-    if (name == c.name) return c.run(argc, argv);
+    if (name == c.name) return df::cli::finish_stdout(c.name, c.run(argc, argv));
   std::fprintf(stderr, "diskformer: unknown command '%s'\n", name.c_str());
   print_usage(stderr);
   return 2;

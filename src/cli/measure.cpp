@@ -381,16 +381,15 @@ int cmd_measure(int argc, char** argv) {
   if (!path) return args.usage_error("--path FILE is required");
   auto record = args.get_size("--record-bytes");
   auto seq_block = args.get_size("--seq-block");
-  auto qd_opt = args.get_int("--qd", 0);
-  auto seconds = args.get_double("--seconds", 1.0);
-  auto repeats = args.get_int("--repeats", 3);
+  auto qd_opt = args.get_int("--qd", 0, 1, 4096);  // 0 (absent): the default series
+  auto seconds = args.get_double("--seconds", 1.0, 0, 86400);
+  auto repeats = args.get_int("--repeats", 3, 1, 1000);
   if (!record || !seq_block || !qd_opt || !seconds || !repeats) return args.exit_code();
   uint64_t record_bytes = record->value_or(kDefaultRecordBytes);
   uint64_t block = seq_block->value_or(kDefaultSeqBlock);
   if (record_bytes == 0 || block == 0) return args.usage_error("--record-bytes and --seq-block must be positive");
-  if (*qd_opt < 0 || *qd_opt > 4096) return args.usage_error("--qd must be between 1 and 4096");
-  if (*seconds <= 0) return args.usage_error("--seconds must be positive");
-  if (*repeats < 1) return args.usage_error("--repeats must be at least 1");
+  if (*seconds <= 0)
+    return args.usage_error("option --seconds expects a positive number, got " + *args.get("--seconds"));
   std::string backend_arg = args.get_or("--backend", "both");
   std::vector<io::Backend> backends;
   if (backend_arg == "both" || backend_arg == "io_uring") backends.push_back(io::Backend::kUring);

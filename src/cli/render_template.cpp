@@ -124,10 +124,14 @@ int cmd_render_template(int argc, char** argv) {
   } catch (const ojson::parse_error& e) {
     return fail_with(*messages_path + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
+  // Checked before the document is copied or converted: both recurse once a level.
+  if (const size_t depth = chat::json_depth(doc); depth > chat::kMaxJsonDepth)
+    return fail_with(*messages_path + ": JSON nested " + std::to_string(depth) + " levels deep, deeper than the " +
+                     std::to_string(chat::kMaxJsonDepth) + " a conversation may have");
   if (doc.is_array()) {
     input.messages = std::move(doc);
   } else if (doc.is_object() && doc.contains("messages") && doc["messages"].is_array()) {
-    input.messages = doc["messages"];
+    input.messages = std::move(doc["messages"]);
     doc.erase("messages");
     if (auto it = doc.find("add_generation_prompt"); it != doc.end() && it->is_boolean()) {
       input.add_generation_prompt = it->get<bool>();
@@ -147,7 +151,7 @@ int cmd_render_template(int argc, char** argv) {
   auto out = chat::render_chat(*tpl, input, options);
   if (!out.ok()) return fail_with(out.error().message);
   std::fwrite(out->data(), 1, out->size(), stdout);
-  return std::fflush(stdout) == 0 ? 0 : fail_with("error writing to stdout");
+  return 0;  // main's finish_stdout says whether it reached stdout
 }
 
 }  // namespace df::cli

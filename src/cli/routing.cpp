@@ -26,9 +26,8 @@ int cmd_routing(int argc, char** argv) {
   args.flag("--quiet", "no logs");
   if (!args.parse(argc, argv)) return args.exit_code();
   if (args.has("--prompt") == args.has("--file")) return args.usage_error("give the text with -p or -f");
-  auto max_tokens = args.get_int("--max-tokens", 8192);
+  auto max_tokens = args.get_int("--max-tokens", 8192, 2, INT32_MAX);
   if (!max_tokens) return args.exit_code();
-  if (*max_tokens < 2) return args.usage_error("--max-tokens must be at least 2");
   auto mo = model_options(args);
   if (!mo) return args.exit_code();
   if (mo->n_ctx == 0) mo->n_ctx = 512;

@@ -6,6 +6,7 @@
 #include "cli/compute_backend.h"
 #include "cli/text_file.h"
 #include "cli/engine_args.h"
+#include "cli/output.h"
 #include "diskformer/tokenizer/tokenizer.h"
 
 namespace df::cli {
@@ -70,6 +71,7 @@ int cmd_run(int argc, char** argv) {
   const std::string rest = dec.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fflush(stdout);
+  if (std::ferror(stdout)) return finish_stdout("run", 0);  // the text is lost: that failure first, no stats line
   if (!st.ok()) {
     std::fprintf(stderr, "\ndiskformer run: %s\n", st.error().message.c_str());
     return 1;

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/partial_file.h"
 #include "diskformer/synth/synth.h"
 #include "diskformer/util/size.h"
 
@@ -42,11 +43,11 @@ int cmd_synth(int argc, char** argv) {
   }
   auto type = gguf::type_from_name(*type_name);
   if (!type || !synth::supported_type(*type)) return args.usage_error("unsupported --type '" + *type_name + "'");
-  auto seed = args.get_int("--seed", 1);
-  auto layers = args.get_int("--layers", shape->n_layer);
-  auto threads = args.get_int("--threads", 0);
+  auto seed = args.get_int("--seed", 1, 0, INT64_MAX);
+  auto layers = args.get_int("--layers", shape->n_layer, 1, 100000);
+  auto threads = args.get_int("--threads", 0, 0, 1024);
   if (!seed || !layers || !threads) return 2;
-  if (*layers < 1 || *layers > 100000) return args.usage_error("--layers must be at least 1");
+  warn_threads(args, *threads);
   shape->n_layer = static_cast<uint32_t>(*layers);
 
   synth::Options o;
@@ -55,7 +56,7 @@ int cmd_synth(int argc, char** argv) {
   o.tokenizer_from = *tok;
   o.seed = static_cast<uint64_t>(*seed);
   o.out = *out;
-  o.threads = static_cast<unsigned>(std::max<int64_t>(0, *threads));
+  o.threads = static_cast<unsigned>(*threads);
   const bool tty = isatty(STDERR_FILENO) && !args.has("--quiet");
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -65,6 +66,7 @@ int cmd_synth(int argc, char** argv) {
       std::fprintf(stderr, "\rsynth: %s / %s  %.0f MB/s  ", format_size(done).c_str(), format_size(total).c_str(),
                    s > 0 ? done / s / 1e6 : 0.0);
     };
+  const RemoveOnSignal cleanup(*out + ".partial");  // gguf::Writer's partial file
   Status st = synth::write_model(o);
   if (tty) std::fprintf(stderr, "\n");
   if (!st) {

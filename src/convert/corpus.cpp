@@ -1,6 +1,9 @@
 #include "diskformer/convert/corpus.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -29,10 +32,14 @@ Result<CorpusStats> tokenize_corpus(const tokenizer::Tokenizer& tok, const std::
                                     const std::string& out_path) {
   if (tok.n_vocab() > 65536)
     return Error{"tokenize corpus: a vocabulary of " + std::to_string(tok.n_vocab()) + " does not fit uint16 ids"};
+  // A directory opens as a stream that reads nothing: refused by name rather than tokenized as empty text.
+  std::error_code ec;
+  if (std::filesystem::is_directory(text_path, ec)) return Error{text_path + ": is a directory, not a text file"};
   std::ifstream in(text_path, std::ios::binary);
-  if (!in) return Error{"cannot read " + text_path};
+  if (!in) return Error{text_path + ": cannot open: " + std::strerror(errno)};
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) return Error{text_path + ": read error"};
   const std::string text = ss.str();
 
   std::vector<uint16_t> ids;

@@ -57,6 +57,64 @@ std::optional<bool> Value::to_bool() const {
   return std::nullopt;
 }
 
+namespace {
+
+// Length of the well-formed UTF-8 sequence at s[i] (1..4), or 0 where the bytes there are not one.
+size_t utf8_length(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte (no overlongs, surrogates or > U+10FFFF)
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) n = 2;
+  else if (c >= 0xe0 && c <= 0xef) n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+  else if (c >= 0xf0 && c <= 0xf4) n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+  else return 0;
+  if (i + n > s.size() || b(1) < lo || b(1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if ((b(k) & 0xc0) != 0x80) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string printable(std::string_view s, bool quoted, size_t max_chars) {
+  std::string out = quoted ? "\"" : "";
+  char buf[16];
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = utf8_length(s, i);
+    std::string piece;
+    if (n == 0) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      piece = buf;
+    } else if (c == '\n') {
+      piece = "\\n";
+    } else if (c == '\t') {
+      piece = "\\t";
+    } else if (c == '\\') {
+      piece = "\\\\";
+    } else if (c == '"' && quoted) {
+      piece = "\\\"";
+    } else if (c < 0x20 || c == 0x7f) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      piece = buf;
+    } else if (n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0) {  // C1: U+0080..U+009F
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(s[i + 1]));
+      piece = buf;
+    } else {
+      piece = std::string(s.substr(i, n));
+    }
+    if (out.size() + piece.size() > max_chars) {
+      out += "...";
+      break;
+    }
+    out += piece;
+    i += n == 0 ? 1 : n;
+  }
+  return quoted ? out + "\"" : out;
+}
+
 std::string Value::summary(size_t max_chars) const {
   char buf[64];
   if (auto* u = std::get_if<uint64_t>(&data)) return std::to_string(*u);
@@ -66,22 +124,7 @@ std::string Value::summary(size_t max_chars) const {
     return buf;
   }
   if (auto* b = std::get_if<bool>(&data)) return *b ? "true" : "false";
-  if (auto* s = std::get_if<std::string>(&data)) {
-    std::string out = "\"";
-    for (unsigned char c : *s) {
-      if (out.size() >= max_chars) {
-        out += "...";
-        break;
-      }
-      if (c == '\n') out += "\\n";
-      else if (c == '"') out += "\\\"";
-      else if (c < 0x20) {
-        std::snprintf(buf, sizeof buf, "\\x%02x", c);
-        out += buf;
-      } else out += static_cast<char>(c);
-    }
-    return out + "\"";
-  }
+  if (auto* s = std::get_if<std::string>(&data)) return printable(*s, /*quoted=*/true, max_chars);
   const Array& a = std::get<Array>(data);
   return "[array of " + std::to_string(a.items.size()) + " " + std::string(value_type_name(a.elem_type)) + "]";
 }

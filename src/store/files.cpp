@@ -1,11 +1,14 @@
 #include "store/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+
+#include "diskformer/store/store.h"
 
 namespace df::store::detail {
 
@@ -22,10 +25,30 @@ Status fsync_dir(const std::string& dir) {
   return {};
 }
 
+std::string open_error(const std::string& path, const char* doing, int e) {
+  if (e == ELOOP)
+    return path + ": is a symbolic link; a store's files are never followed (remove the link, or use another " +
+           "directory)";
+  return path + ": cannot " + doing + ": " + errno_text(e);
+}
+
+Status refuse_links(const std::string& dir) {
+  for (const char* name : {kManifestFile, kHeaderFile, kDataFile, kProgressFile, kLockFile}) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) return Error{open_error(path, "", ELOOP)};
+    if (!S_ISREG(st.st_mode)) return Error{path + ": is not a regular file; refusing to use " + dir + " as a store"};
+  }
+  return {};
+}
+
 Status write_file_durably(const std::string& path, const std::string& contents) {
   std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Error{tmp + ": cannot create: " + errno_text(errno)};
+  // A leftover (or planted) temporary goes first; O_EXCL then creates our own file, never opening someone's.
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return Error{tmp + ": cannot remove: " + errno_text(errno)};
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return Error{open_error(tmp, "create", errno)};
   size_t done = 0;
   while (done < contents.size()) {
     ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
@@ -64,10 +87,10 @@ Status remove_durably(const std::string& path) {
 
 Result<std::string> read_whole_file(const std::string& path, bool* missing) {
   if (missing) *missing = false;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (missing) *missing = errno == ENOENT;
-    return Error{path + ": cannot open: " + errno_text(errno)};
+    return Error{open_error(path, "open", errno)};
   }
   std::string out;
   char buf[1 << 16];

@@ -1,9 +1,13 @@
 // Range requests with resume: a read is one GET of `bytes=a-b` sent with If-Range (the ETag, or Last-Modified), so a
 // server whose file changed answers 200 with the new file instead of the asked bytes of the old one. A transfer
-// that breaks off keeps what arrived and asks for the rest, with back-off, until it moves again.
+// that breaks off keeps what arrived and asks for the rest, with back-off, until it moves again or nothing has come
+// for HttpOptions::timeout_s. Credentials go through CURLOPT_USERNAME/PASSWORD (or a netrc); the URL that is shown
+// and stored has none.
 #include "store/http_source.h"
 
 #include <curl/curl.h>
+
+#include <cmath>
 
 #include <algorithm>
 #include <chrono>
@@ -11,9 +15,13 @@
 #include <mutex>
 #include <thread>
 
+#include "store/url.h"
+
 namespace df::store {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 bool starts_with_nocase(std::string_view s, std::string_view prefix) {
   if (s.size() < prefix.size()) return false;
@@ -58,6 +66,17 @@ struct Attempt {
   std::string refused;      // why the body was not taken (wrong status, other range, changed file)
   CURLcode code = CURLE_OK;
   char errbuf[CURL_ERROR_SIZE] = {};
+  // When a byte last came, for this read across its attempts; an attempt is cut once it is `timeout` old.
+  Clock::time_point* last_byte = nullptr;
+  Clock::duration timeout{};
+
+  // What went wrong, in words, for a retry line or the final error.
+  std::string failure() const {
+    if (code == CURLE_ABORTED_BY_CALLBACK) return "nothing came until the timeout";
+    if (code != CURLE_OK && code != CURLE_WRITE_ERROR) return errbuf[0] ? errbuf : curl_easy_strerror(code);
+    if (!refused.empty()) return refused;
+    return got > 0 ? "the connection closed early" : "status " + std::to_string(status);
+  }
 };
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
@@ -79,8 +98,16 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
 
 class HttpSource final : public Source {
  public:
-  HttpSource(CURL* curl, const std::string& url, const HttpOptions& o) : curl_(curl), options_(o) {
-    fp_.location = url;
+  HttpSource(CURL* curl, const std::string& url, const HttpOptions& o)
+      : curl_(curl), options_(o), url_(detail::split_credentials(url)) {
+    fp_.location = redact_url(url);
+    if (!url_.has_user && !options_.auth.empty()) {
+      const size_t colon = options_.auth.find(':');
+      url_.has_user = true;
+      url_.user = options_.auth.substr(0, colon);
+      url_.has_password = colon != std::string::npos;
+      if (url_.has_password) url_.password = options_.auth.substr(colon + 1);
+    }
   }
   ~HttpSource() override { curl_easy_cleanup(curl_); }
 
@@ -92,8 +119,15 @@ class HttpSource final : public Source {
  private:
   static size_t on_body(char* data, size_t size, size_t n, void* user);
   void request(Attempt& a, bool conditional);
+  // After a failed attempt: false once nothing has come for the timeout (or too many attempts in a row failed);
+  // otherwise says so on on_retry, waits the back-off and returns true.
+  bool retry(const Attempt& a, const std::string& what, unsigned fails, unsigned& delay, Clock::time_point last_byte);
+  std::string gave_up(const Attempt& a, unsigned fails, Clock::time_point last_byte) const;
   std::string range_text(uint64_t first, uint64_t n) const {
     return "bytes=" + std::to_string(first) + "-" + std::to_string(first + n - 1);
+  }
+  Clock::duration timeout() const {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
   }
   Error changed_error(const std::string& what) {
     changed_ = true;
@@ -102,6 +136,7 @@ class HttpSource final : public Source {
 
   CURL* curl_;
   HttpOptions options_;
+  detail::UrlParts url_;  // what is asked for, and with which login
   Fingerprint fp_;
   bool changed_ = false;
 };
@@ -127,11 +162,19 @@ size_t HttpSource::on_body(char* data, size_t size, size_t n, void* user) {
   }
   std::memcpy(a->dst + a->got, data, len);
   a->got += len;
+  if (a->last_byte && len > 0) *a->last_byte = Clock::now();
   return len;
 }
 
 void HttpSource::request(Attempt& a, bool conditional) {
-  curl_easy_setopt(curl_, CURLOPT_URL, fp_.location.c_str());
+  curl_easy_setopt(curl_, CURLOPT_URL, url_.url.c_str());
+  if (url_.has_user) {
+    curl_easy_setopt(curl_, CURLOPT_USERNAME, url_.user.c_str());
+    if (url_.has_password) curl_easy_setopt(curl_, CURLOPT_PASSWORD, url_.password.c_str());
+  } else {
+    curl_easy_setopt(curl_, CURLOPT_NETRC, static_cast<long>(CURL_NETRC_OPTIONAL));
+    if (!options_.netrc_file.empty()) curl_easy_setopt(curl_, CURLOPT_NETRC_FILE, options_.netrc_file.c_str());
+  }
   std::string range = range_text(a.want_first, a.want).substr(6);
   curl_easy_setopt(curl_, CURLOPT_RANGE, range.c_str());
   curl_slist* headers = nullptr;
@@ -151,7 +194,18 @@ void HttpSource::request(Attempt& a, bool conditional) {
   curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT, options_.connect_timeout_s);
   curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_TIME, options_.stall_timeout_s);
+  // A stalled attempt is dropped after a third of the timeout at most, so that a short timeout still gets a fresh
+  // connection or two before it gives up.
+  const long stall = std::max(1L, std::min(options_.stall_timeout_s, static_cast<long>(options_.timeout_s / 3)));
+  curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_TIME, stall);
+  // libcurl calls this about once a second even while nothing moves: it ends an attempt at the read's deadline.
+  curl_easy_setopt(curl_, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl_, CURLOPT_XFERINFODATA, &a);
+  curl_easy_setopt(curl_, CURLOPT_XFERINFOFUNCTION,
+                   +[](void* u, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
+                     const auto* at = static_cast<const Attempt*>(u);
+                     return at->last_byte && Clock::now() - *at->last_byte > at->timeout ? 1 : 0;
+                   });
   curl_easy_setopt(curl_, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(curl_, CURLOPT_HEADERDATA, &a);
   curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, a.errbuf);
@@ -183,20 +237,24 @@ Status HttpSource::probe() {
   a.dst = &byte;
   unsigned fails = 0;
   unsigned delay = options_.retry_delay_ms;
+  Clock::time_point last_byte = Clock::now();
   for (;;) {
     a = Attempt{};
     a.want = 1;
     a.dst = &byte;
+    a.last_byte = &last_byte;
+    a.timeout = timeout();
     request(a, false);
     bool transport = a.code != CURLE_OK && a.code != CURLE_WRITE_ERROR;
     if (!transport && a.status < 500) break;
-    if (++fails > options_.max_retries)
-      return Error{fp_.location + ": cannot reach the server after " + std::to_string(fails) + " attempts: " +
-                   (transport ? std::string(a.errbuf[0] ? a.errbuf : curl_easy_strerror(a.code))
-                              : "status " + std::to_string(a.status))};
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-    delay = std::min(delay * 2, 2000u);
+    if (!retry(a, "bytes=0-0", ++fails, delay, last_byte))
+      return Error{fp_.location + ": cannot reach the server: " + gave_up(a, fails, last_byte)};
   }
+  if (a.status == 401 || a.status == 407)
+    return Error{fp_.location + ": answered " + std::to_string(a.status) + " (authentication required)" +
+                 (url_.has_user ? std::string(": the server refused the login for ") + url_.user
+                                : std::string(": give a login in the URL (user:password@), in DISKFORMER_HTTP_AUTH, "
+                                              "or in a netrc"))};
   if (a.status == 416) return Error{fp_.location + ": answered 416 Range Not Satisfiable to bytes=0-0: the file is empty"};
   if (a.status == 200)
     return Error{fp_.location + ": the server does not answer Range requests (status 200 to bytes=0-0); " +
@@ -219,11 +277,14 @@ Status HttpSource::read(uint64_t offset, void* dst, size_t n) {
   uint64_t done = 0;
   unsigned fails = 0;
   unsigned delay = options_.retry_delay_ms;
+  Clock::time_point last_byte = Clock::now();
   while (done < n) {
     Attempt a;
     a.want_first = offset + done;
     a.want = n - done;
     a.dst = out + done;
+    a.last_byte = &last_byte;
+    a.timeout = timeout();
     a.accept_200 = a.want_first == 0 && a.want == fp_.size;
     request(a, true);
     done += a.got;
@@ -253,19 +314,36 @@ Status HttpSource::read(uint64_t offset, void* dst, size_t n) {
       fails = 0;
       delay = options_.retry_delay_ms;
     }
-    if (++fails > options_.max_retries) {
-      std::string why = a.code != CURLE_OK && a.code != CURLE_WRITE_ERROR
-                            ? std::string(a.errbuf[0] ? a.errbuf : curl_easy_strerror(a.code))
-                            : "status " + std::to_string(a.status);
-      return Error{fp_.location + ": " + range + ": no progress after " + std::to_string(fails) +
-                   " attempts: " + why};
-    }
-    if (a.got == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-      delay = std::min(delay * 2, 2000u);
-    }
+    if (!retry(a, range, ++fails, delay, last_byte))
+      return Error{fp_.location + ": " + range + ": " + gave_up(a, fails, last_byte)};
   }
   return {};
+}
+
+bool HttpSource::retry(const Attempt& a, const std::string& what, unsigned fails, unsigned& delay,
+                       Clock::time_point last_byte) {
+  const auto silent = Clock::now() - last_byte;
+  if (fails > options_.max_retries || silent >= timeout()) return false;
+  // An attempt that brought bytes is asked again at once; one that brought none waits, at most until the deadline.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(timeout() - silent);
+  const auto wait = a.got > 0 ? std::chrono::milliseconds(0)
+                              : std::min(std::chrono::milliseconds(delay), left);
+  if (options_.on_retry)
+    options_.on_retry(fp_.location + ": " + what + ": " + a.failure() + "; retrying in " +
+                      std::to_string(wait.count()) + " ms (attempt " + std::to_string(fails + 1) + ")");
+  std::this_thread::sleep_for(wait);
+  if (a.got == 0) delay = std::min(delay * 2, 2000u);
+  return true;
+}
+
+std::string HttpSource::gave_up(const Attempt& a, unsigned fails, Clock::time_point last_byte) const {
+  const double silent = std::chrono::duration<double>(Clock::now() - last_byte).count();
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f", silent);
+  if (silent >= options_.timeout_s)
+    return std::string("no data for ") + secs + " s, the timeout (ingest --timeout), after " + std::to_string(fails) +
+           " attempts" + (a.code == CURLE_ABORTED_BY_CALLBACK ? std::string() : "; the last: " + a.failure());
+  return "no progress after " + std::to_string(fails) + " attempts: " + a.failure();
 }
 
 }  // namespace
@@ -274,7 +352,7 @@ Result<std::unique_ptr<Source>> open_http_source(const std::string& url, const H
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   CURL* curl = curl_easy_init();
-  if (!curl) return Error{url + ": cannot start an HTTP client (curl_easy_init failed)"};
+  if (!curl) return Error{redact_url(url) + ": cannot start an HTTP client (curl_easy_init failed)"};
   auto src = std::make_unique<HttpSource>(curl, url, options);
   DF_TRY(src->probe());
   return std::unique_ptr<Source>(std::move(src));

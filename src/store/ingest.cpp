@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <tuple>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "diskformer/util/size.h"
 #include "store/files.h"
 #include "store/manifest.h"
+#include "store/range_hash.h"
 
 namespace df::store {
 
@@ -76,6 +78,20 @@ struct Plan {
   uint64_t total = 0;
   uint64_t records = 0;
 
+  // The first job that ends after source offset p.
+  size_t first_ending_after(uint64_t p) const {
+    return static_cast<size_t>(std::upper_bound(jobs.begin(), jobs.end(), p,
+                                                [](uint64_t x, const Job& job) { return x < job.src + job.len; }) -
+                               jobs.begin());
+  }
+  // Hashes the job bytes of the window [b, e) of the source, found at `data` (source byte b at data[0]).
+  void hash_window(detail::RangeHash& h, uint64_t b, uint64_t e, const uint8_t* data) const {
+    for (size_t k = first_ending_after(b); k < jobs.size() && jobs[k].src < e; ++k) {
+      const uint64_t from = std::max(jobs[k].src, b), to = std::min(jobs[k].src + jobs[k].len, e);
+      if (from < to) h.update(data + (from - b), to - from);
+    }
+  }
+
   // Bytes of jobs below source offset pos.
   uint64_t done_at(uint64_t pos) const {
     auto it = std::upper_bound(jobs.begin(), jobs.end(), pos, [](uint64_t p, const Job& j) { return p < j.src; });
@@ -113,12 +129,23 @@ class DataFile {
   ~DataFile() {
     if (fd_ >= 0) ::close(fd_);
   }
-  // fresh: truncates, then reserves `bytes` (zeros) so that a full disk shows up now rather than half-way.
+  // fresh: a new file (whatever was at the path is unlinked first, so no link or hard link is written through),
+  // then reserves `bytes` (zeros) so that a full disk shows up now rather than half-way. Otherwise the existing
+  // file, which must be the store's own: not a link, and no other name for its bytes.
   Status open(const std::string& path, uint64_t bytes, bool fresh) {
     path_ = path;
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0644);
-    if (fd_ < 0) return Error{path + ": cannot open for writing: " + detail::errno_text(errno)};
-    if (!fresh) return {};
+    if (fresh && ::unlink(path.c_str()) != 0 && errno != ENOENT)
+      return Error{path + ": cannot remove the old data file: " + detail::errno_text(errno)};
+    fd_ = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_CREAT | O_EXCL : 0), 0644);
+    if (fd_ < 0) return Error{detail::open_error(path, "open for writing", errno)};
+    if (!fresh) {
+      struct stat st {};
+      if (::fstat(fd_, &st) != 0) return Error{path + ": cannot stat: " + detail::errno_text(errno)};
+      if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+        return Error{path + ": has " + std::to_string(st.st_nlink) + " names (hard links); refusing to write into " +
+                     "bytes another file shares"};
+      return {};
+    }
     if (::fallocate(fd_, 0, 0, static_cast<off_t>(bytes)) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
       return Error{path + ": cannot reserve " + std::to_string(bytes) + " bytes (" + format_size(bytes) +
                    ") for the store: " + detail::errno_text(errno)};
@@ -148,14 +175,52 @@ class DataFile {
   std::string path_;
 };
 
-std::string progress_text(const Plan& p, uint64_t pos) {
+// What a checkpoint says of the source bytes it added since the one before: the job bytes of [from, to) hash so.
+struct Verify {
+  uint64_t from = 0, to = 0;
+  std::string hash;
+};
+
+std::string progress_text(const Plan& p, uint64_t pos, const Verify& v) {
   json j{{"format", detail::kProgressFormat},
          {"layout_version", kLayoutVersion},
          {"planes", kPlanesNone},
          {"source", detail::fingerprint_json(p.fp)},
          {"data_bytes", p.repacked.file_bytes()},
-         {"done", pos}};
+         {"done", pos},
+         {"verify", {{"from", v.from}, {"to", v.to}, {"hash", v.hash}}}};
   return j.dump(1) + "\n";
+}
+
+// The checkpoint's record of its last range; nullopt where it has none (a checkpoint from an older build) or one
+// that does not end at `done`.
+std::optional<Verify> parse_verify(const json& j, uint64_t done) {
+  auto it = j.find("verify");
+  if (it == j.end() || !it->is_object()) return std::nullopt;
+  Verify v;
+  try {
+    v.from = it->at("from").get<uint64_t>();
+    v.to = it->at("to").get<uint64_t>();
+    v.hash = it->at("hash").get<std::string>();
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+  if (v.to != done || v.from > v.to) return std::nullopt;
+  return v;
+}
+
+// The job bytes of [from, to) read from the source again, hashed as the copy hashed them.
+Result<std::string> hash_source_range(Source& src, const Plan& plan, uint64_t from, uint64_t to) {
+  detail::RangeHash h;
+  DF_ASSIGN(io::AlignedBuffer buf, io::AlignedBuffer::allocate(kMaxWindow + io::kDirectAlignment));
+  for (uint64_t b = from; b < to;) {
+    const uint64_t e = std::min(to, b + kMaxWindow);
+    uint8_t* d = buf.data() + b % io::kDirectAlignment;  // the file offset's phase: O_DIRECT reads land in place
+    DF_TRY(src.read(b, d, e - b));
+    plan.hash_window(h, b, e, d);
+    b = e;
+  }
+  return h.text();
 }
 
 // Why the directory's previous contents cannot be reused without --force ("" when they can be reused or replaced).
@@ -192,10 +257,11 @@ Status run_once(const IngestOptions& o, RunState& rs) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Error{o.dir + ": cannot create the store directory: " + ec.message()};
+  DF_TRY(detail::refuse_links(o.dir));
   // One writer per directory; the kernel drops the lock with the process, however it ends.
   const std::string lock_path = (dir / kLockFile).string();
-  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0) return Error{lock_path + ": cannot create: " + detail::errno_text(errno)};
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (lock_fd < 0) return Error{detail::open_error(lock_path, "create", errno)};
   struct LockGuard {
     int fd;
     ~LockGuard() { ::close(fd); }
@@ -255,18 +321,42 @@ Status run_once(const IngestOptions& o, RunState& rs) {
         auto done_it = j.find("done");
         uint64_t done = done_it != j.end() && done_it->is_number_unsigned() ? done_it->get<uint64_t>() : 0;
         struct stat st {};
-        bool data_ok = ::stat(data_path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == h->data_bytes &&
+        bool data_ok = ::lstat(data_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+                       static_cast<uint64_t>(st.st_size) == h->data_bytes &&
                        h->data_bytes == plan.repacked.file_bytes();
         if (!foreign.empty()) {
           // --force: replace it.
         } else if (!change.empty()) {
           note(plan.fp.location + " changed since the interrupted ingest (" + change + "); starting over");
         } else if (data_ok && done >= plan.first && done <= plan.end) {
-          fresh = false;
-          start = done;
-          res.resumed = true;
-          res.resumed_at = plan.done_at(done);
-          note("resuming at " + format_size(res.resumed_at) + " of " + format_size(plan.total));
+          // Size, mtime, ETag and header agree; the bytes the last checkpoint covered must too. They are read again
+          // (at most --checkpoint-every of them): a file swapped for another of the same size and mtime, or by a
+          // server that sends no validators, differs there.
+          const auto verify = parse_verify(j, done);
+          std::string why_not;
+          if (!verify) {
+            why_not = "the checkpoint has no checksum of the bytes it covers (written by an older build)";
+          } else {
+            auto now = hash_source_range(*src, plan, verify->from, verify->to);
+            if (!now.ok() && !src->changed()) return now.take_error();
+            if (!now.ok())
+              why_not = plan.fp.location + " changed since the interrupted ingest (" + now.error().message + ")";
+            else if (*now != verify->hash)
+              why_not = plan.fp.location + " changed since the interrupted ingest: source bytes " +
+                        std::to_string(verify->from) + ".." + std::to_string(verify->to) + " hash to " + *now +
+                        ", the checkpoint says " + verify->hash;
+          }
+          if (why_not.empty()) {
+            fresh = false;
+            start = done;
+            res.resumed = true;
+            res.resumed_at = plan.done_at(done);
+            note("resuming at " + format_size(res.resumed_at) + " of " + format_size(plan.total) + " (the last " +
+                 format_size(plan.done_at(verify->to) - plan.done_at(verify->from)) +
+                 " checkpointed read again: unchanged)");
+          } else {
+            note(why_not + "; starting over");
+          }
         } else {
           note(o.dir + ": the interrupted ingest's data file does not match its checkpoint; starting over");
         }
@@ -280,7 +370,8 @@ Status run_once(const IngestOptions& o, RunState& rs) {
     DF_TRY(detail::remove_durably(progress_path));
     DF_TRY(detail::write_file_durably(header_path, plan.header));
     DF_TRY(data.open(data_path, plan.repacked.file_bytes(), true));
-    DF_TRY(detail::write_file_durably(progress_path, progress_text(plan, start)));
+    const Verify nothing_yet{start, start, detail::RangeHash{}.text()};
+    DF_TRY(detail::write_file_durably(progress_path, progress_text(plan, start, nothing_yet)));
   } else {
     DF_TRY(data.open(data_path, plan.repacked.file_bytes(), false));
   }
@@ -295,11 +386,7 @@ Status run_once(const IngestOptions& o, RunState& rs) {
   for (auto& b : bufs) {
     DF_ASSIGN(b, io::AlignedBuffer::allocate(window + io::kDirectAlignment));
   }
-  auto first_job_ending_after = [&](uint64_t p) {
-    return static_cast<size_t>(std::upper_bound(plan.jobs.begin(), plan.jobs.end(), p,
-                                                [](uint64_t x, const Job& job) { return x < job.src + job.len; }) -
-                               plan.jobs.begin());
-  };
+  auto first_job_ending_after = [&](uint64_t p) { return plan.first_ending_after(p); };
   // The window starting at p, moved past padding between tensors.
   auto window_at = [&](uint64_t p) -> std::pair<uint64_t, uint64_t> {
     size_t k = first_job_ending_after(p);
@@ -315,6 +402,7 @@ Status run_once(const IngestOptions& o, RunState& rs) {
 
   const auto t0 = Clock::now();
   uint64_t pos = start, last_checkpoint = start, read_this_run = 0;
+  detail::RangeHash since_checkpoint;  // the job bytes of [last_checkpoint, pos)
   auto report = [&](bool finished) {
     if (!o.on_progress) return;
     IngestProgress p;
@@ -347,12 +435,15 @@ Status run_once(const IngestOptions& o, RunState& rs) {
       uint64_t a = std::max(job.src, cb), b = std::min(job.src + job.len, ce);
       if (a < b) DF_TRY(data.write_at(job.dst + (a - job.src), w + (a - cb), b - a));
     }
+    plan.hash_window(since_checkpoint, cb, ce, w);
     read_this_run += ce - cb;
     pos = ce;
     if (pos - last_checkpoint >= o.checkpoint_every && pos < plan.end) {
       DF_TRY(data.sync());  // the data first: a checkpoint never points past bytes that are not on disk
-      DF_TRY(detail::write_file_durably(progress_path, progress_text(plan, pos)));
+      DF_TRY(detail::write_file_durably(progress_path,
+                                        progress_text(plan, pos, {last_checkpoint, pos, since_checkpoint.text()})));
       last_checkpoint = pos;
+      since_checkpoint = {};
     }
     if (o.limit_rate > 0) {
       auto due = t0 + std::chrono::duration<double>(double(read_this_run) / double(o.limit_rate));

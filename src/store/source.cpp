@@ -9,6 +9,7 @@
 
 #include "diskformer/io/reader.h"
 #include "store/http_source.h"
+#include "store/url.h"
 
 namespace df::store {
 
@@ -116,7 +117,10 @@ std::string hash_text(uint64_t h) {
 
 bool is_url(std::string_view s) { return s.starts_with("http://") || s.starts_with("https://"); }
 
-bool same_location(const Fingerprint& a, const Fingerprint& b) { return a.location == b.location; }
+// The same file whoever asks for it: credentials (redacted or not, in the URL or not) do not make another source.
+bool same_location(const Fingerprint& a, const Fingerprint& b) {
+  return detail::split_credentials(a.location).url == detail::split_credentials(b.location).url;
+}
 
 std::string describe_change(const Fingerprint& was, const Fingerprint& now) {
   std::string out;

@@ -21,6 +21,7 @@ bool Store::looks_like_store(const std::string& path) {
 Result<Store> Store::open(const std::string& dir, const StoreOptions& options) {
   namespace fs = std::filesystem;
   const std::string manifest_path = (fs::path(dir) / kManifestFile).string();
+  DF_TRY(detail::refuse_links(dir));
   bool missing = false;
   auto text = detail::read_whole_file(manifest_path, &missing);
   if (!text.ok()) {
@@ -61,7 +62,7 @@ Result<Store> Store::open(const std::string& dir, const StoreOptions& options) {
     return Error{manifest_path + ": data_bytes " + std::to_string(h.data_bytes) + ", the layout needs " +
                  std::to_string(map.file_bytes())};
   struct stat st {};
-  if (::stat(data_path.c_str(), &st) != 0)
+  if (::lstat(data_path.c_str(), &st) != 0)
     return Error{data_path + ": cannot open: " + detail::errno_text(errno)};
   if (static_cast<uint64_t>(st.st_size) != map.file_bytes())
     return Error{data_path + ": " + std::to_string(st.st_size) + " bytes, the manifest says " +
@@ -75,7 +76,7 @@ Result<Store> Store::open(const std::string& dir, const StoreOptions& options) {
     (void)ignored;
     std::string change = describe_change(h.source, now);
     if (!change.empty())
-      return Error{dir + ": the source " + options.source + " changed since the store was made (" + change +
+      return Error{dir + ": the source " + redact_url(options.source) + " changed since the store was made (" + change +
                    "); run diskformer ingest again to rebuild it"};
   }
 

@@ -81,6 +81,19 @@ TEST(ChatCli, MessagesObjectCarriesToolsAndVariables) {
   EXPECT_EQ(r.out, R"(<s>user=héllo;f{"name": "f", "z": 1, "a": [true]}|False|True)");
 }
 
+TEST(ChatCli, DeeplyNestedMessagesAreRefusedWithFileAndDepth) {
+  const fs::path dir = df::test::temp_dir("chat_cli_deep");
+  std::ofstream(dir / "t.jinja") << "{{ messages|length }}";
+  const fs::path messages = dir / "deep.json";
+  std::ofstream(messages) << R"({"messages": [{"role": "user", "content": )" << std::string(20000, '[') << "0"
+                          << std::string(20000, ']') << "}]}";
+  CliRun r = run_cli("--template " + quote((dir / "t.jinja").string()) + " --messages " + quote(messages.string()));
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find(messages.string() + ": JSON nested 20003 levels deep, deeper than the 512"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 TEST(ChatCli, ModelTemplateAndSpecialTokensComeFromTheGguf) {
   fs::path dir = df::test::temp_dir("cli");
   {

@@ -15,7 +15,9 @@ std::string parse_error(const std::string& src) {
 Result<std::string> render(const std::string& src, const std::string& vars_json = "{}", RenderOptions opt = {}) {
   auto t = Template::parse(src, "t.jinja");
   if (!t.ok()) return t.take_error();
-  return t->render(from_json(nlohmann::ordered_json::parse(vars_json)), opt);
+  auto vars = from_json(nlohmann::ordered_json::parse(vars_json));
+  if (!vars.ok()) return vars.take_error();
+  return t->render(*vars, opt);
 }
 
 std::string render_ok(const std::string& src, const std::string& vars_json = "{}", RenderOptions opt = {}) {
@@ -131,12 +133,40 @@ TEST(ChatInputs, NewlinesNormalizedAndOneTrailingNewlineDropped) {
 }
 
 TEST(ChatInputs, JsonKeepsKeyOrderAndNumberKinds) {
-  Value v = from_json(nlohmann::ordered_json::parse(R"({"z": 1, "a": 2.0, "m": [true, null, "s"]})"));
+  Value v = from_json(nlohmann::ordered_json::parse(R"({"z": 1, "a": 2.0, "m": [true, null, "s"]})")).value();
   JsonOptions o;
   std::string out;
   ASSERT_TRUE(to_json(v, o, out));
   EXPECT_EQ(out, R"({"z": 1, "a": 2.0, "m": [true, null, "s"]})");
   EXPECT_EQ(to_str(v), "{'z': 1, 'a': 2.0, 'm': [True, None, 's']}");
+}
+
+// "[[[...0...]]]" nested `levels` deep: a conversation no one writes, but a file anyone can.
+std::string nested_json(size_t levels) { return std::string(levels, '[') + "0" + std::string(levels, ']'); }
+
+TEST(ChatInputs, DeepJsonIsRefusedNotOverflowingTheStack) {
+  const auto deep = nlohmann::ordered_json::parse(nested_json(20000));
+  EXPECT_EQ(json_depth(deep), 20000u);
+  auto v = from_json(deep);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message.find("nested deeper than 512 levels"), std::string::npos) << v.error().message;
+
+  // The limit itself converts; one more level does not.
+  EXPECT_TRUE(from_json(nlohmann::ordered_json::parse(nested_json(kMaxJsonDepth))).ok());
+  EXPECT_FALSE(from_json(nlohmann::ordered_json::parse(nested_json(kMaxJsonDepth + 1))).ok());
+  EXPECT_EQ(json_depth(nlohmann::ordered_json::parse(R"({"a": [1, {"b": []}], "c": 2})")), 4u);
+  EXPECT_EQ(json_depth(nlohmann::ordered_json(7)), 0u);
+
+  // Through render_chat, the error names what held it.
+  auto tpl = Template::parse("{{ messages|length }}", "t");
+  ASSERT_TRUE(tpl.ok());
+  ChatInput in;
+  in.messages = nlohmann::ordered_json::array();
+  in.extra = nlohmann::ordered_json::object();
+  in.extra["tools"] = deep;
+  auto out = render_chat(*tpl, in);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.error().message.find("tools: JSON nested deeper"), std::string::npos) << out.error().message;
 }
 
 TEST(ChatInputs, FloatReprMatchesPython) {

@@ -137,7 +137,7 @@ line|its|tab	here|éA|q's)J"},
 Value reference_vars() {
   return from_json(nlohmann::ordered_json::parse(R"({
     "d": {"b": 2, "a": 1, "C": 3}, "l": [3, 1, 2], "s": "Hello World", "n": null, "u": "ünïcödé 🚀",
-    "users": [{"name": "bob", "age": 30}, {"name": "Alice", "age": 25}, {"name": "carl", "age": 30}]})"));
+    "users": [{"name": "bob", "age": 30}, {"name": "Alice", "age": 25}, {"name": "carl", "age": 30}]})")).value();
 }
 
 class JinjaReference : public ::testing::TestWithParam<Case> {};

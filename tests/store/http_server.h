@@ -1,5 +1,6 @@
 // A real nginx on loopback for the URL-source tests (started with a generated config on a free port, serving a
-// temporary root), and a proxy that cuts every connection after a number of response bytes.
+// temporary root), a proxy that cuts every connection after a number of response bytes, and a bare server for what
+// nginx will not do (no validators at all, headers and then silence).
 #pragma once
 
 #include <arpa/inet.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -54,10 +56,14 @@ inline std::optional<std::string> find_nginx() {
 
 // nginx serving `prefix/root` on a free loopback port. /slow/... is rate-limited (to kill it mid-transfer);
 // /bad400/... answers 400 to every Range request except the one-byte probe `bytes=0-0`; /noetag/... sends no
-// ETag (If-Range then uses Last-Modified).
+// ETag (If-Range then uses Last-Modified); /auth/... asks for the basic-auth login kUser:kPassword.
 class Nginx {
  public:
+  static constexpr const char* kUser = "reader";
+  static constexpr const char* kPassword = "s3cret-Pa55";
+
   Nginx(std::string binary, std::filesystem::path prefix) : binary_(std::move(binary)), prefix_(std::move(prefix)) {
+    std::filesystem::create_directories(prefix_ / "root" / "auth");
     std::filesystem::create_directories(prefix_ / "root" / "slow");
     std::filesystem::create_directories(prefix_ / "root" / "bad400");
     std::filesystem::create_directories(prefix_ / "root" / "noetag");
@@ -72,13 +78,15 @@ class Nginx {
   // Returns "" once it answers, or why it did not start.
   std::string start() {
     std::string p = prefix_.string();
+    std::ofstream(prefix_ / "htpasswd") << kUser << ":{PLAIN}" << kPassword << "\n";
     std::ofstream(prefix_ / "nginx.conf") << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << p
         << "/nginx.pid;\nerror_log " << p << "/error.log warn;\nevents { worker_connections 64; }\nhttp {\n"
         << "  access_log off;\n  client_body_temp_path " << p << "/t_body;\n  proxy_temp_path " << p << "/t_proxy;\n"
         << "  fastcgi_temp_path " << p << "/t_fcgi;\n  uwsgi_temp_path " << p << "/t_uwsgi;\n  scgi_temp_path " << p
         << "/t_scgi;\n  map $http_range $not_probe { \"bytes=0-0\" 0; default 1; }\n  server {\n    listen 127.0.0.1:"
         << port_ << ";\n    root " << p << "/root;\n    location /slow/ { limit_rate 2m; }\n"
-        << "    location /bad400/ { if ($not_probe) { return 400; } }\n    location /noetag/ { etag off; }\n  }\n}\n";
+        << "    location /bad400/ { if ($not_probe) { return 400; } }\n    location /noetag/ { etag off; }\n"
+        << "    location /auth/ { auth_basic \"models\"; auth_basic_user_file " << p << "/htpasswd; }\n  }\n}\n";
     pid_ = ::fork();
     if (pid_ == 0) {
       std::string log = p + "/stderr.log";
@@ -197,6 +205,104 @@ class CuttingProxy {
   int listen_ = -1, port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> cuts_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> conns_;
+};
+
+// One file by Range requests over HTTP/1.1, one request per connection, and none of the validators nginx always
+// sends: no ETag, no Last-Modified, so a file swapped for another of the same size shows only in its bytes. With
+// stall(true), every request but the one-byte probe gets its headers and then nothing, until the server stops.
+class BareHttp {
+ public:
+  explicit BareHttp(std::filesystem::path file) : file_(std::move(file)) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(listen_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(listen_, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~BareHttp() {
+    stop_ = true;
+    acceptor_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : conns_) t.join();
+    ::close(listen_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/" + file_.filename().string(); }
+  void stall(bool on) { stall_ = on; }
+  int stalled() const { return stalled_; }  // requests answered with headers and then nothing
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      int c = ::accept(listen_, nullptr, nullptr);
+      if (c < 0) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      conns_.emplace_back([this, c] { serve(c); });
+    }
+  }
+  bool send_all(int c, const std::string& s) {
+    size_t done = 0;
+    while (done < s.size()) {
+      ssize_t n = ::send(c, s.data() + done, s.size() - done, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  void serve(int c) {
+    std::string request;
+    char buf[4096];
+    while (!stop_ && request.find("\r\n\r\n") == std::string::npos) {
+      pollfd p{c, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      request.append(buf, static_cast<size_t>(n));
+    }
+    std::ifstream in(file_, std::ios::binary);
+    std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const uint64_t size = body.size();
+    uint64_t first = 0, last = size - 1;
+    bool ranged = false;
+    if (size_t r = request.find("Range: bytes="); r != std::string::npos) {
+      unsigned long long a = 0, b = 0;
+      if (std::sscanf(request.c_str() + r, "Range: bytes=%llu-%llu", &a, &b) == 2) {
+        first = a;
+        last = std::min<uint64_t>(b, size - 1);
+        ranged = true;
+      }
+    }
+    std::string head = ranged ? "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes " + std::to_string(first) + "-" +
+                                    std::to_string(last) + "/" + std::to_string(size) + "\r\n"
+                              : std::string("HTTP/1.1 200 OK\r\n");
+    head += "Content-Length: " + std::to_string(last - first + 1) + "\r\nConnection: close\r\n\r\n";
+    const bool probe = ranged && first == 0 && last == 0;
+    if (send_all(c, head)) {
+      if (stall_ && !probe) {
+        ++stalled_;
+        while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      } else {
+        send_all(c, body.substr(first, last - first + 1));
+      }
+    }
+    ::close(c);
+  }
+
+  std::filesystem::path file_;
+  int listen_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false}, stall_{false};
+  std::atomic<int> stalled_{0};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> conns_;

@@ -27,6 +27,7 @@ inline void copy_writable(const std::filesystem::path& from, const std::filesyst
 struct SpawnOptions {
   long max_file_bytes = -1;  // RLIMIT_FSIZE in the child
   int uid = -1;              // setuid in the child (tests running as root play an unprivileged user)
+  std::vector<std::string> env;  // NAME=VALUE set in the child only
 };
 
 // Starts `diskformer ARGS...` with stdout and stderr going to files; returns its pid.
@@ -43,6 +44,10 @@ inline pid_t spawn_cli(const std::vector<std::string>& args, const std::string& 
     if (o.max_file_bytes >= 0) {
       rlimit rl{static_cast<rlim_t>(o.max_file_bytes), static_cast<rlim_t>(o.max_file_bytes)};
       ::setrlimit(RLIMIT_FSIZE, &rl);
+    }
+    for (const auto& e : o.env) {
+      const size_t eq = e.find('=');
+      ::setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
     }
     if (o.uid >= 0 && (::setgid(static_cast<gid_t>(o.uid)) != 0 || ::setuid(static_cast<uid_t>(o.uid)) != 0)) _exit(126);
     std::vector<char*> argv;

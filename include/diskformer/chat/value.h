@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "diskformer/util/result.h"
+
 namespace df::chat {
 
 struct Value;
@@ -104,7 +106,16 @@ struct JsonOptions {
 // namespaces, functions. `bad` receives that value's type name.
 bool to_json(const Value& v, const JsonOptions& opt, std::string& out, std::string* bad = nullptr);
 
+// JSON input deeper than this is refused: the conversion and every later walk of the value (tojson, ==, str(),
+// its destruction) go one call deeper per level, and 20,000 levels overflow the stack. Python's json refuses
+// such input too (its recursion limit is 1,000); conversations and tool schemas nest a dozen levels.
+constexpr size_t kMaxJsonDepth = 512;
+
+// Containers nested in `j` (a scalar is 0, [[1]] is 2), counted without recursion: safe on any parsed document.
+size_t json_depth(const nlohmann::ordered_json& j);
+
 // Conversion from parsed JSON input (messages, tools); ordered_json keeps the file's key order like Python's json.
-Value from_json(const nlohmann::ordered_json& j);
+// An Error "JSON nested deeper than 512 levels" where json_depth(j) > kMaxJsonDepth.
+Result<Value> from_json(const nlohmann::ordered_json& j);
 
 }  // namespace df::chat

@@ -18,6 +18,13 @@ enum class ValueType : uint32_t {
 constexpr uint32_t kValueTypeCount = 13;
 std::string_view value_type_name(ValueType t);  // "u32", "string", "array", ...
 
+// Text as a terminal may show it: control characters (C0, DEL and the C1 range U+0080..U+009F), backslashes and
+// bytes that are not UTF-8 come out escaped (\n, \t, \\, \x1b, \u009b), so a file's metadata cannot move the
+// cursor or recolour the table it is printed in; other UTF-8 stays as it is. With `quoted`, '"' is escaped and the
+// text is wrapped in quotes. Past `max_chars` output characters the text is cut (between characters) and "..."
+// added.
+std::string printable(std::string_view s, bool quoted = false, size_t max_chars = SIZE_MAX);
+
 struct Value;
 struct Array {
   ValueType elem_type = ValueType::U8;

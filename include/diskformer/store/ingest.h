@@ -10,7 +10,10 @@
 // Existing contents of the directory:
 //   - a complete store of the same source, unchanged, same layout: nothing to do;
 //   - a store or an interrupted ingest of the same location whose contents changed (size, mtime, ETag, header):
-//     started over, with a note of what changed;
+//     started over, with a note of what changed. An interrupted one is resumed only after the source bytes its last
+//     checkpoint covered (at most checkpoint_every) are read again and hash as they did: that catches a file
+//     swapped under the same size and mtime, or on a server that sends neither ETag nor Last-Modified. Bytes
+//     before that range are not read again (that would cost what resuming saves);
 //   - a store or an interrupted ingest of another location or another layout version: refused, naming both,
 //     unless `force`.
 #pragma once

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,7 +16,7 @@ namespace df::store {
 
 // What identifies a source's contents without reading all of it.
 struct Fingerprint {
-  std::string location;       // absolute path or URL
+  std::string location;       // absolute path or URL (its password shown as ***: see redact_url)
   uint64_t size = 0;
   int64_t mtime_ns = 0;       // local files; 0 for URLs
   std::string etag;           // URLs: the ETag header as sent ("" where the server sends none)
@@ -30,6 +31,9 @@ std::string describe_change(const Fingerprint& was, const Fingerprint& now);
 bool same_location(const Fingerprint& a, const Fingerprint& b);
 
 bool is_url(std::string_view s);  // http:// or https://
+// The URL with the password of its userinfo replaced: "http://user:***@host/m.gguf". Every location a store writes
+// or prints is redacted; the credentials go to the server and nowhere else.
+std::string redact_url(std::string_view url);
 
 // 64-bit FNV-1a, continued from `h`: detects a changed header, not an adversary.
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
@@ -55,7 +59,17 @@ struct HttpOptions {
   unsigned max_retries = 8;         // consecutive failed attempts without a byte of progress
   unsigned retry_delay_ms = 100;    // first back-off; doubles up to 2 s
   long connect_timeout_s = 10;
-  long stall_timeout_s = 30;        // a transfer that moves nothing for this long counts as dropped
+  long stall_timeout_s = 30;        // a transfer that moves nothing for this long (or timeout_s / 3) counts as dropped
+  // Gives up on a source from which no byte has come for this long, however many attempts that spans: a server
+  // that sends its headers and then nothing fails after this, not after every retry's stall.
+  double timeout_s = 120;
+  // Basic-auth "USER:PASSWORD" for a URL that carries none (ingest reads it from DISKFORMER_HTTP_AUTH).
+  std::string auth;
+  // The netrc whose entry for the host gives the login where neither the URL nor `auth` does; "" is libcurl's
+  // default, ~/.netrc.
+  std::string netrc_file;
+  // One line per retry: what failed, and when it is asked again.
+  std::function<void(const std::string&)> on_retry;
 };
 
 // A path or an http(s) URL. A URL is probed with a one-byte Range request (size, ETag, Last-Modified).

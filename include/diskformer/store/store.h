@@ -6,7 +6,8 @@
 //                         written last: a directory without it is not a complete store.
 //   header.gguf           the source's GGUF header, bytes [0, header_bytes): metadata and tensor index
 //   data.bin              the records (RecordMap::repacked's layout for that layout_version)
-//   ingest.progress.json  only while an ingest is unfinished: its checkpoint
+//   ingest.progress.json  only while an ingest is unfinished: its checkpoint, with the hash of the source bytes the
+//                         last checkpoint added ("verify": {from, to, hash})
 //   ingest.lock           flock'd by the ingest writing the directory (one writer at a time)
 //
 // A store is used only when its layout version is this build's, its record table is the one its header gives, and
