@@ -125,11 +125,13 @@ class Nginx {
   pid_t pid_ = -1;
 };
 
-// Forwards loopback connections to `upstream_port` and closes each one after `cut_after` bytes have gone from
-// the server to the client: a connection dropped mid-transfer, every time.
-class CuttingProxy {
+// A server on a loopback port that hands each connection to handle() on a thread of its own.
+class LoopbackServer {
  public:
-  CuttingProxy(int upstream_port, uint64_t cut_after) : upstream_(upstream_port), cut_after_(cut_after) {
+  int port() const { return port_; }
+
+ protected:
+  LoopbackServer() {
     listen_ = ::socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     ::setsockopt(listen_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -141,17 +143,21 @@ class CuttingProxy {
     socklen_t len = sizeof a;
     ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
-    acceptor_ = std::thread([this] { accept_loop(); });
   }
-  ~CuttingProxy() {
-    stop_ = true;
-    acceptor_.join();
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& t : conns_) t.join();
+  virtual ~LoopbackServer() {
+    stop();
     ::close(listen_);
   }
-  int port() const { return port_; }
-  int cuts() const { return cuts_; }
+  // The derived server starts accepting once it is whole, and stops (joining every handler) before its members go.
+  void start() { acceptor_ = std::thread([this] { accept_loop(); }); }
+  void stop() {
+    if (stop_.exchange(true)) return;
+    if (acceptor_.joinable()) acceptor_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : conns_) t.join();
+  }
+  bool stopping() const { return stop_; }
+  virtual void handle(int fd) = 0;
 
  private:
   void accept_loop() {
@@ -161,10 +167,27 @@ class CuttingProxy {
       int c = ::accept(listen_, nullptr, nullptr);
       if (c < 0) continue;
       std::lock_guard<std::mutex> lock(mu_);
-      conns_.emplace_back([this, c] { forward(c); });
+      conns_.emplace_back([this, c] { handle(c); });
     }
   }
-  void forward(int client) {
+
+  int listen_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> conns_;
+};
+
+// Forwards loopback connections to `upstream_port` and closes each one after `cut_after` bytes have gone from
+// the server to the client: a connection dropped mid-transfer, every time.
+class CuttingProxy final : public LoopbackServer {
+ public:
+  CuttingProxy(int upstream_port, uint64_t cut_after) : upstream_(upstream_port), cut_after_(cut_after) { start(); }
+  ~CuttingProxy() override { stop(); }
+  int cuts() const { return cuts_; }
+
+ private:
+  void handle(int client) override {
     int server = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -177,7 +200,7 @@ class CuttingProxy {
     }
     uint64_t to_client = 0;
     char buf[16384];
-    while (!stop_) {
+    while (!stopping()) {
       pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
       if (::poll(p, 2, 20) <= 0) continue;
       if (p[0].revents) {
@@ -202,55 +225,21 @@ class CuttingProxy {
 
   int upstream_;
   uint64_t cut_after_;
-  int listen_ = -1, port_ = 0;
-  std::atomic<bool> stop_{false};
   std::atomic<int> cuts_{0};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<std::thread> conns_;
 };
 
 // One file by Range requests over HTTP/1.1, one request per connection, and none of the validators nginx always
 // sends: no ETag, no Last-Modified, so a file swapped for another of the same size shows only in its bytes. With
 // stall(true), every request but the one-byte probe gets its headers and then nothing, until the server stops.
-class BareHttp {
+class BareHttp final : public LoopbackServer {
  public:
-  explicit BareHttp(std::filesystem::path file) : file_(std::move(file)) {
-    listen_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(listen_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    ::listen(listen_, 16);
-    socklen_t len = sizeof a;
-    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    acceptor_ = std::thread([this] { accept_loop(); });
-  }
-  ~BareHttp() {
-    stop_ = true;
-    acceptor_.join();
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& t : conns_) t.join();
-    ::close(listen_);
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/" + file_.filename().string(); }
+  explicit BareHttp(std::filesystem::path file) : file_(std::move(file)) { start(); }
+  ~BareHttp() override { stop(); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()) + "/" + file_.filename().string(); }
   void stall(bool on) { stall_ = on; }
   int stalled() const { return stalled_; }  // requests answered with headers and then nothing
 
  private:
-  void accept_loop() {
-    while (!stop_) {
-      pollfd p{listen_, POLLIN, 0};
-      if (::poll(&p, 1, 20) <= 0) continue;
-      int c = ::accept(listen_, nullptr, nullptr);
-      if (c < 0) continue;
-      std::lock_guard<std::mutex> lock(mu_);
-      conns_.emplace_back([this, c] { serve(c); });
-    }
-  }
   bool send_all(int c, const std::string& s) {
     size_t done = 0;
     while (done < s.size()) {
@@ -260,10 +249,10 @@ class BareHttp {
     }
     return true;
   }
-  void serve(int c) {
+  void handle(int c) override {
     std::string request;
     char buf[4096];
-    while (!stop_ && request.find("\r\n\r\n") == std::string::npos) {
+    while (!stopping() && request.find("\r\n\r\n") == std::string::npos) {
       pollfd p{c, POLLIN, 0};
       if (::poll(&p, 1, 20) <= 0) continue;
       ssize_t n = ::recv(c, buf, sizeof buf, 0);
@@ -291,7 +280,7 @@ class BareHttp {
     if (send_all(c, head)) {
       if (stall_ && !probe) {
         ++stalled_;
-        while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        while (!stopping()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       } else {
         send_all(c, body.substr(first, last - first + 1));
       }
@@ -300,12 +289,8 @@ class BareHttp {
   }
 
   std::filesystem::path file_;
-  int listen_ = -1, port_ = 0;
-  std::atomic<bool> stop_{false}, stall_{false};
+  std::atomic<bool> stall_{false};
   std::atomic<int> stalled_{0};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<std::thread> conns_;
 };
 
 }  // namespace df::test
