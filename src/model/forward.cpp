@@ -27,6 +27,7 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
       return Error{"token id " + std::to_string(tokens[t]) + " at batch position " + std::to_string(t) +
                    " is outside the vocabulary of " + std::to_string(s_.n_vocab)};
 
+  one_row_ = n >= kTiledAttentionRows;
   ensure(b_.x, n * E);
   ensure(b_.xn, n * E);
   ensure(b_.proj, n * E);
@@ -40,15 +41,19 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
     DF_TRY(attention_block(*lw, il, n, kv));
     for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
     if (n == 1 && il + 1 < s_.n_layer) guess_next_experts(il + 1);
-    // Feed-forward sublayer with a residual connection.
-    for (int64_t t = 0; t < n; ++t)
-      cpu::rms_norm(b_.x.data() + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    // Feed-forward sublayer with a residual connection. As llama.cpp does, the last block feeds forward only the
+    // rows whose logits are asked for (its products then take their one-row orders); routing statistics want
+    // every token's route.
+    const int64_t f0 = il + 1 == s_.n_layer && !all_logits && !routing_ ? n - 1 : 0, nf = n - f0;
+    float* xf = b_.x.data() + f0 * E;
+    for (int64_t t = 0; t < nf; ++t)
+      cpu::rms_norm(xf + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
     if (s_.moe()) {
-      DF_TRY(moe_ffn(*lw, il, n));
+      DF_TRY(moe_ffn(*lw, il, nf));
     } else {
-      dense_ffn(*lw, n);
+      dense_ffn(*lw, nf);
     }
-    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    for (int64_t i = 0; i < nf * E; ++i) xf[i] += b_.proj[i];
   }
   kv.n_past += static_cast<uint32_t>(n);
 
@@ -56,9 +61,14 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
   for (int64_t t = first; t < n; ++t)
     cpu::rms_norm(b_.x.data() + t * E, w_.output_norm().f32(), E, s_.norm_eps, b_.xn.data() + (t - first) * E);
   b_.logits.resize(uint64_t(n_out) * s_.n_vocab);
-  cpu::matmul(ctx_, w_.output(), b_.xn.data(), n_out, b_.logits.data());
+  matmul(w_.output(), b_.xn.data(), n_out, b_.logits.data());
   stats_.tokens += uint64_t(n);
   return {};
+}
+
+void Forward::matmul(const Mat& w, const float* x, int64_t n, float* y) {
+  const cpu::MatmulJob job{&w, x, n, y, one_row_};
+  cpu::matmul_many(ctx_, std::span<const cpu::MatmulJob>(&job, 1));
 }
 
 void Forward::guess_next_experts(uint32_t next) {
@@ -87,9 +97,9 @@ Status Forward::attention_block(const LayerWeights& lw, uint32_t il, int64_t n, 
   ensure(b_.k, n * kd);
   ensure(b_.v, n * vd);
   ensure(b_.attn, n * int64_t(s_.n_head) * hv);
-  const cpu::MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q.data()},
-                                {&lw.wk, b_.xn.data(), n, b_.k.data()},
-                                {&lw.wv, b_.xn.data(), n, b_.v.data()}};
+  const cpu::MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q.data(), one_row_},
+                                {&lw.wk, b_.xn.data(), n, b_.k.data(), one_row_},
+                                {&lw.wv, b_.xn.data(), n, b_.v.data(), one_row_}};
   cpu::matmul_many(ctx_, qkv);
   for (int64_t t = 0; t < n; ++t) {
     float* q = b_.q.data() + t * qd;
@@ -116,7 +126,7 @@ Status Forward::attention_block(const LayerWeights& lw, uint32_t il, int64_t n, 
                         .pos0 = kv.n_past,
                         .n_tok = n,
                         .scale = 1.0f / std::sqrt(float(hk))});
-  cpu::matmul(ctx_, lw.wo, b_.attn.data(), n, b_.proj.data());
+  matmul(lw.wo, b_.attn.data(), n, b_.proj.data());
   return {};
 }
 
@@ -124,18 +134,18 @@ void Forward::dense_ffn(const LayerWeights& lw, int64_t n) {
   const int64_t F = s_.n_ff;
   ensure(b_.gate, n * F);
   ensure(b_.up, n * F);
-  const cpu::MatmulJob gate_up[] = {{&lw.ffn_gate, b_.xn.data(), n, b_.gate.data()},
-                                    {&lw.ffn_up, b_.xn.data(), n, b_.up.data()}};
+  const cpu::MatmulJob gate_up[] = {{&lw.ffn_gate, b_.xn.data(), n, b_.gate.data(), one_row_},
+                                    {&lw.ffn_up, b_.xn.data(), n, b_.up.data(), one_row_}};
   cpu::matmul_many(ctx_, gate_up);
   cpu::swiglu(b_.gate.data(), b_.up.data(), n * F, b_.gate.data());
-  cpu::matmul(ctx_, lw.ffn_down, b_.gate.data(), n, b_.proj.data());
+  matmul(lw.ffn_down, b_.gate.data(), n, b_.proj.data());
 }
 
 Status Forward::moe_ffn(const LayerWeights& lw, uint32_t il, int64_t n) {
   const int64_t E = s_.n_embd, F = s_.n_ff_expert, X = s_.n_expert, K = s_.n_expert_used;
   ensure(b_.router, n * X);
   ensure(b_.expert_out, n * K * E);
-  cpu::matmul(ctx_, lw.gate_inp, b_.xn.data(), n, b_.router.data());
+  matmul(lw.gate_inp, b_.xn.data(), n, b_.router.data());
 
   // Routing: softmax over all experts, the top K by probability, weights renormalized over the K.
   std::vector<int32_t> sel(n * K);
@@ -184,15 +194,15 @@ Status Forward::moe_ffn(const LayerWeights& lw, uint32_t il, int64_t n) {
     std::vector<cpu::MatmulJob> jobs;
     for (size_t i = 0; i < ids.size(); ++i) {
       const int64_t m = first[i + 1] - first[i];
-      jobs.push_back({&ew[i].gate, b_.gather.data() + first[i] * E, m, b_.gate.data() + first[i] * F});
-      jobs.push_back({&ew[i].up, b_.gather.data() + first[i] * E, m, b_.up.data() + first[i] * F});
+      jobs.push_back({&ew[i].gate, b_.gather.data() + first[i] * E, m, b_.gate.data() + first[i] * F, true});
+      jobs.push_back({&ew[i].up, b_.gather.data() + first[i] * E, m, b_.up.data() + first[i] * F, true});
     }
     cpu::matmul_many(ctx_, jobs);
     cpu::swiglu(b_.gate.data(), b_.up.data(), m_all * F, b_.gate.data());
     jobs.clear();
     for (size_t i = 0; i < ids.size(); ++i) {
       const int64_t m = first[i + 1] - first[i];
-      jobs.push_back({&ew[i].down, b_.gate.data() + first[i] * F, m, b_.down.data() + first[i] * E});
+      jobs.push_back({&ew[i].down, b_.gate.data() + first[i] * F, m, b_.down.data() + first[i] * E, true});
     }
     cpu::matmul_many(ctx_, jobs);
     for (size_t i = 0; i < ids.size(); ++i) {

@@ -55,6 +55,8 @@ class Forward {
   void dense_ffn(const LayerWeights& lw, int64_t n);
   Status moe_ffn(const LayerWeights& lw, uint32_t il, int64_t n);
   void guess_next_experts(uint32_t next);
+  // A product of the batch in llama.cpp's order for it (one_row_: in its one-row orders).
+  void matmul(const Mat& w, const float* x, int64_t n, float* y);
 
   const ModelSpec& s_;
   WeightSource& w_;
@@ -62,6 +64,11 @@ class Forward {
   ForwardBuffers b_;
   ForwardStats stats_;
   RoutingStats* routing_ = nullptr;
+  // llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not
+  // reproduced here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal
+  // its batched results wherever the two agree (the gold files' stable cases).
+  static constexpr int64_t kTiledAttentionRows = 64;
+  bool one_row_ = false;
 };
 
 }  // namespace df::model
