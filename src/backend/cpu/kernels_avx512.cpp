@@ -1,7 +1,9 @@
-// AVX-512 VNNI versions of the quantized dot products (two blocks per 512-bit step, integer lanes from vpdpbusd);
-// every other kernel is the AVX2 table's. The float accumulation stays 8 lanes, block after block (kernels.h), so
+// AVX-512 VNNI versions of the quantized dot products (two blocks per 512-bit step, integer lanes from vpdpbusd; the
+// K-quants in kernels_kquant_avx512.cpp); every other kernel is the AVX2 table's. The float accumulation stays 8 lanes, block after block (kernels.h), so
 // results are bit-identical to scalar_kernels().
 #include <immintrin.h>
+
+#include <cmath>
 
 #include "backend/cpu/kernels_impl.h"
 #include "diskformer/backend/cpu/kernels.h"
@@ -95,6 +97,36 @@ DF_AVX512 void dot4_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* co
   for (int t = 0; t < 4; ++t) out[t] = sum_lanes(acc[t]);
 }
 
+DF_AVX512 inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// The interleaved-matrix order: one exact sum per block, one fused multiply-add per block (kernels.h).
+DF_AVX512 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
+  const __m256i bias = _mm256_set1_epi8(8);
+  float s = 0.0f;
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const int32_t isum = hsum_i32(lanes_u8(nibbles_q4_0(w[b].qs), load32(a[b].qs), bias));
+    s = std::fma(float(isum), h2f(w[b].d) * h2f(a[b].d), s);
+  }
+  return s;
+}
+
+DF_AVX512 void dot4_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
+  const __m256i bias = _mm256_set1_epi8(8);
+  float s[4] = {};
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i u = nibbles_q4_0(w[b].qs);
+    const float dw = h2f(w[b].d);
+    for (int t = 0; t < 4; ++t)
+      s[t] = std::fma(float(hsum_i32(lanes_u8(u, load32(a[t][b].qs), bias))), dw * h2f(a[t][b].d), s[t]);
+  }
+  for (int t = 0; t < 4; ++t) out[t] = s[t];
+}
+
 DF_AVX512 void dot4_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* const a[4], float out[4]) {
   const __m256i flip = _mm256_set1_epi8(char(0x80));
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -123,6 +155,16 @@ const Kernels* avx512_kernels() {
     k.dot_q8_0_q8_0 = dot_q8_0_q8_0;
     k.dot4_q4_0_q8_0 = dot4_q4_0_q8_0;
     k.dot4_q8_0_q8_0 = dot4_q8_0_q8_0;
+    k.dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8;
+    k.dot4_q4_0_q8_0_x8 = dot4_q4_0_q8_0_x8;
+    k.dot_q2_k_q8_k = avx512::dot_q2_k_q8_k;
+    k.dot_q3_k_q8_k = avx512::dot_q3_k_q8_k;
+    k.dot_q4_k_q8_k = avx512::dot_q4_k_q8_k;
+    k.dot_q4_k_q8_k_x8 = avx512::dot_q4_k_q8_k_x8;
+    k.dot4_q4_k_q8_k_x8 = avx512::dot4_q4_k_q8_k_x8;
+    k.dot_q5_k_q8_k = avx512::dot_q5_k_q8_k;
+    k.dot_q6_k_q8_k = avx512::dot_q6_k_q8_k;
+    k.dot_iq4_xs_q8_k = avx512::dot_iq4_xs_q8_k;
     return &k;
   }();
   return table;
