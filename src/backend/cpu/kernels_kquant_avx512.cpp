@@ -10,6 +10,10 @@
 
 #define DF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
+// GCC 12's AVX-512 headers build some intrinsics from deliberately undefined registers and then warn about them.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace df::cpu::avx512 {
 
 namespace {
@@ -22,7 +26,7 @@ DF_AVX512 inline __m128i load128(const void* p) { return _mm_loadu_si128(reinter
 
 // Two 256-bit halves as one vector: elements 0..31 from lo, 32..63 from hi.
 DF_AVX512 inline __m512i join(__m256i lo, __m256i hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
 }
 
 // 16 int32 lanes of 4 products each: unsigned codes u (0..255) times signed activations a.
@@ -30,7 +34,7 @@ DF_AVX512 inline __m512i dp(__m512i u, __m512i a) { return _mm512_dpbusd_epi32(_
 
 // Per-lane scales: s[0] for lanes 0..7 (elements 0..31), s[1] for lanes 8..15 (a scale per 32 elements).
 DF_AVX512 inline __m512i scales32(int s0, int s1) {
-  return _mm512_inserti64x4(_mm512_set1_epi32(s0), _mm256_set1_epi32(s1), 1);
+  return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(s0), _mm512_set1_epi32(s1));
 }
 // A scale per 16 elements: lanes 4i .. 4i + 3 take s[i].
 DF_AVX512 inline __m512i scales16(int s0, int s1, int s2, int s3) {
