@@ -145,6 +145,15 @@ inline void kquant_scale_min(int j, const uint8_t* q, uint8_t& scale, uint8_t& m
   }
 }
 
+// The twelve bytes holding eight 6-bit scales and mins (the inverse of kquant_scale_min).
+inline void kquant_pack_scale_min(const uint8_t scale[8], const uint8_t min[8], uint8_t q[12]) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = uint8_t((scale[j] & 63) | (scale[j + 4] >> 4) << 6);
+    q[j + 4] = uint8_t((min[j] & 63) | (min[j + 4] >> 4) << 6);
+    q[j + 8] = uint8_t((scale[j + 4] & 15) | (min[j + 4] & 15) << 4);
+  }
+}
+
 // Scale j (0..15) of a Q3_K super-block, bias included (-32..31).
 inline int q3_k_scale(int j, const uint8_t* s) {
   const int low = j < 8 ? s[j] & 0x0f : s[j - 8] >> 4;
