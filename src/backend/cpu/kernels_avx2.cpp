@@ -202,36 +202,46 @@ DF_AVX2 inline int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-DF_AVX2 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
+// The exact sums of 8 consecutive blocks, one per lane: 8 lane vectors reduced together (integer adds, so any order
+// gives the same sums), which keeps the horizontal work off each block.
+DF_AVX2 inline __m256i block_sums8(const __m256i v[8]) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// Block b's signed weight bytes: Q4_0 codes less 8, or IQ4_NL table values.
+DF_AVX2 inline __m256i weight_bytes(const BlockQ4_0& x) { return unpack_q4_0(x.qs); }
+DF_AVX2 inline __m256i weight_bytes(const BlockIQ4_NL& x) { return values_iq4_nl(x.qs); }
+
+// s = fma(float(isum_b), d_w * d_a, s) block by block (kernels.h's interleaved order).
+template <typename Block>
+DF_AVX2 inline float x8_sum(int64_t n, const Block* w, const BlockQ8_0* a) {
+  const int64_t nb = n / kQK;
   float s = 0.0f;
-  for (int64_t b = 0; b < n / kQK; ++b) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
-    s = std::fma(float(hsum_i32(dot_i8(unpack_q4_0(w[b].qs), q))), h2f(w[b].d) * h2f(a[b].d), s);
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    __m256i v[8];
+    for (int j = 0; j < 8; ++j)
+      v[j] = dot_i8(weight_bytes(w[b + j]), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b + j].qs)));
+    alignas(32) float isum[8];
+    _mm256_store_ps(isum, _mm256_cvtepi32_ps(block_sums8(v)));
+    for (int j = 0; j < 8; ++j) s = std::fma(isum[j], h2f(w[b + j].d) * h2f(a[b + j].d), s);
+  }
+  for (; b < nb; ++b) {
+    const __m256i v = dot_i8(weight_bytes(w[b]), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs)));
+    s = std::fma(float(hsum_i32(v)), h2f(w[b].d) * h2f(a[b].d), s);
   }
   return s;
 }
+
+DF_AVX2 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) { return x8_sum(n, w, a); }
 
 DF_AVX2 void dot4_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
-  float s[4] = {};
-  for (int64_t b = 0; b < n / kQK; ++b) {
-    const __m256i x = unpack_q4_0(w[b].qs);
-    const float dw = h2f(w[b].d);
-    for (int t = 0; t < 4; ++t) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][b].qs));
-      s[t] = std::fma(float(hsum_i32(dot_i8(x, q))), dw * h2f(a[t][b].d), s[t]);
-    }
-  }
-  for (int t = 0; t < 4; ++t) out[t] = s[t];
+  for (int t = 0; t < 4; ++t) out[t] = x8_sum(n, w, a[t]);
 }
 
-DF_AVX2 float dot_iq4_nl_q8_0_x8(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
-  float s = 0.0f;
-  for (int64_t b = 0; b < n / kQK; ++b) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
-    s = std::fma(float(hsum_i32(dot_i8(values_iq4_nl(w[b].qs), q))), h2f(w[b].d) * h2f(a[b].d), s);
-  }
-  return s;
-}
+DF_AVX2 float dot_iq4_nl_q8_0_x8(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) { return x8_sum(n, w, a); }
 
 DF_AVX2 void dot4_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};

@@ -104,27 +104,42 @@ DF_AVX512 inline int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// The interleaved-matrix order: one exact sum per block, one fused multiply-add per block (kernels.h).
+// The exact sums of 8 consecutive blocks, one per lane (integer adds: any order gives the same sums).
+DF_AVX512 inline __m256i block_sums8(const __m256i v[8]) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// The interleaved-matrix order: one exact sum per block, s = fma(float(isum), d_w * d_a, s) block by block
+// (kernels.h); two blocks per vpdpbusd, the sums of 8 blocks reduced together.
 DF_AVX512 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
-  const __m256i bias = _mm256_set1_epi8(8);
+  const int64_t nb = n / kQK;
+  const __m512i bias = _mm512_set1_epi8(8);
   float s = 0.0f;
-  for (int64_t b = 0; b < n / kQK; ++b) {
-    const int32_t isum = hsum_i32(lanes_u8(nibbles_q4_0(w[b].qs), load32(a[b].qs), bias));
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    __m256i v[8];
+    for (int j = 0; j < 8; j += 2) {
+      const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles_q4_0(w[b + j].qs)), nibbles_q4_0(w[b + j + 1].qs), 1);
+      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(load32(a[b + j].qs)), load32(a[b + j + 1].qs), 1);
+      const __m512i l = lanes_u8(u, q, bias);
+      v[j] = _mm512_castsi512_si256(l);
+      v[j + 1] = _mm512_extracti64x4_epi64(l, 1);
+    }
+    alignas(32) float isum[8];
+    _mm256_store_ps(isum, _mm256_cvtepi32_ps(block_sums8(v)));
+    for (int j = 0; j < 8; ++j) s = std::fma(isum[j], h2f(w[b + j].d) * h2f(a[b + j].d), s);
+  }
+  for (; b < nb; ++b) {
+    const int32_t isum = hsum_i32(lanes_u8(nibbles_q4_0(w[b].qs), load32(a[b].qs), _mm256_set1_epi8(8)));
     s = std::fma(float(isum), h2f(w[b].d) * h2f(a[b].d), s);
   }
   return s;
 }
 
 DF_AVX512 void dot4_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
-  const __m256i bias = _mm256_set1_epi8(8);
-  float s[4] = {};
-  for (int64_t b = 0; b < n / kQK; ++b) {
-    const __m256i u = nibbles_q4_0(w[b].qs);
-    const float dw = h2f(w[b].d);
-    for (int t = 0; t < 4; ++t)
-      s[t] = std::fma(float(hsum_i32(lanes_u8(u, load32(a[t][b].qs), bias))), dw * h2f(a[t][b].d), s[t]);
-  }
-  for (int t = 0; t < 4; ++t) out[t] = s[t];
+  for (int t = 0; t < 4; ++t) out[t] = dot_q4_0_q8_0_x8(n, w, a[t]);
 }
 
 DF_AVX512 void dot4_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* const a[4], float out[4]) {
