@@ -1,6 +1,6 @@
 // AVX2 K-quant kernels: 32 elements per 256-bit step, their products summed to the 8 integer lanes of kernels.h
 // (maddubs then madd: element e lands in lane (e % 32) / 4), one float fused multiply-add per lane and super-block.
-// The codes are small enough that maddubs never saturates (at most 2 * 63 * 127).
+// The codes are small enough that maddubs never saturates (a pair of products is at most 2 * 127 * 127).
 #include <immintrin.h>
 
 #include <algorithm>
