@@ -29,6 +29,9 @@ function(df_part name)
     target_link_libraries(df_${name} PUBLIC df_${d})
   endforeach()
   target_link_libraries(df_${name} PUBLIC ${P_LIBS})
+  # The CPU kernels fix every rounding step to match llama.cpp's; a compiler must not fuse a multiply and an add on
+  # its own (GCC does in C++ modes wherever a function is built for FMA).
+  target_compile_options(df_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>)
   df_warnings(df_${name})
   set_property(GLOBAL APPEND PROPERTY DF_PARTS df_${name})
 endfunction()

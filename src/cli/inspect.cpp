@@ -74,6 +74,21 @@ TokenizerSummary tokenizer_summary(const gguf::File& f) {
   return t;
 }
 
+// Tensor bytes per ggml type, most bytes first (a K-quant mix holds several).
+std::vector<std::pair<gguf::GgmlType, uint64_t>> bytes_by_type(const gguf::File& f) {
+  std::vector<std::pair<gguf::GgmlType, uint64_t>> out;
+  for (const auto& t : f.tensors) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == t.type; });
+    if (it == out.end()) {
+      out.push_back({t.type, t.n_bytes});
+    } else {
+      it->second += t.n_bytes;
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
 int print_json(const gguf::File& f, const gguf::Breakdown& b) {
   json j;
   j["path"] = f.path;
@@ -103,6 +118,9 @@ int print_json(const gguf::File& f, const gguf::Breakdown& b) {
     cats[std::string(gguf::category_name(cat))] = b.bytes(cat);
   }
   j["bytes_by_category"] = cats;
+  json types = json::object();
+  for (const auto& [t, n] : bytes_by_type(f)) types[std::string(gguf::type_name(t))] = n;
+  j["bytes_by_type"] = types;
   j["tensor_bytes"] = b.total;
   json experts = json::array();
   for (const auto& el : b.expert_layers)
@@ -176,6 +194,10 @@ int print_text(const gguf::File& f, const gguf::Breakdown& b) {
                       static_cast<unsigned long long>(el.record_bytes));
     }
 
+    std::printf("\nbytes by type:\n");
+    for (const auto& [t, n] : bytes_by_type(f))
+      std::printf("  %-28s %14llu  %-11s %5.1f%%\n", std::string(gguf::type_name(t)).c_str(),
+                  static_cast<unsigned long long>(n), format_size(n).c_str(), b.total ? 100.0 * n / b.total : 0.0);
     std::printf("\ntensors:\n  %-36s %-8s %-24s %14s %14s\n", "name", "type", "shape", "bytes", "offset");
     for (const auto& t : f.tensors)
       std::printf("  %-36s %-8s %-24s %14llu %14llu\n", shown(t.name).c_str(),

@@ -15,7 +15,7 @@ struct Command {
 
 // The one table of commands; each lives in its own file under src/cli/.
 constexpr Command kCommands[] = {
-    {"inspect", df::cli::cmd_inspect, "header, hyperparameters, tensors and bytes by category of a GGUF model"},
+    {"inspect", df::cli::cmd_inspect, "header, hyperparameters, tensors and bytes by category and type of a GGUF model"},
     {"synth", df::cli::cmd_synth, "write a model of a real architecture with seeded random weights"},
     {"ingest", df::cli::cmd_ingest, "repack a GGUF (file or URL) into a resumable streaming store"},
     {"measure", df::cli::cmd_measure, "disk bandwidth: sequential and random record reads, O_DIRECT, io_uring vs pread"},

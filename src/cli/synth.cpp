@@ -14,12 +14,14 @@
 namespace df::cli {
 
 int cmd_synth(int argc, char** argv) {
-  Args args("synth", "--arch qwen3moe|qwen3|llama [--preset NAME] --type q4_0|q8_0|f16|bf16 "
+  Args args("synth", "--arch qwen3moe|qwen3|llama [--preset NAME] --type TYPE|MIX "
                      "--tokenizer-from FILE.gguf [--seed N] -o OUT.gguf");
   args.option("--arch", "ARCH", "architecture: qwen3moe, qwen3 or llama");
   args.option("--preset", "NAME", "shape (default tiny): qwen3moe tiny|2g|qwen3-30b-a3b, qwen3 tiny|small, "
                                   "llama tiny|mixtral-tiny|small");
-  args.option("--type", "TYPE", "weight type of the matrices: q4_0, q8_0, f16, bf16");
+  args.option("--type", "TYPE", "weight type of the matrices: q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_k, q3_k, "
+                                "q4_k, q5_k, q6_k, iq4_xs, f16, bf16; or a llama.cpp mix, each tensor typed by its "
+                                "quantizer's rules: q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k, iq4_xs");
   args.option("--tokenizer-from", "GGUF", "copy the tokenizer (tokenizer.* metadata) from this GGUF");
   args.option("--seed", "N", "random seed (default 1)");
   args.option("--layers", "N", "override the preset's layer count");
@@ -41,8 +43,11 @@ int cmd_synth(int argc, char** argv) {
     if (known.empty()) return args.usage_error("unknown architecture '" + *arch + "' (qwen3moe, qwen3, llama)");
     return args.usage_error("unknown preset '" + preset_name + "' for " + *arch + " (" + known + ")");
   }
+  // A mix name wins where it is also a type's (q2_k, q6_k, iq4_xs: the mix is what llama-quantize writes).
+  const auto mix = synth::mix_from_name(*type_name);
   auto type = gguf::type_from_name(*type_name);
-  if (!type || !synth::supported_type(*type)) return args.usage_error("unsupported --type '" + *type_name + "'");
+  if (!mix && (!type || !synth::supported_type(*type)))
+    return args.usage_error("unsupported --type '" + *type_name + "'");
   auto seed = args.get_int("--seed", 1, 0, INT64_MAX);
   auto layers = args.get_int("--layers", shape->n_layer, 1, 100000);
   auto threads = args.get_int("--threads", 0, 0, 1024);
@@ -52,7 +57,8 @@ int cmd_synth(int argc, char** argv) {
 
   synth::Options o;
   o.shape = *shape;
-  o.type = *type;
+  if (type) o.type = *type;
+  o.mix = mix;
   o.tokenizer_from = *tok;
   o.seed = static_cast<uint64_t>(*seed);
   o.out = *out;

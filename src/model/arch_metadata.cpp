@@ -24,7 +24,7 @@ void set_arch_metadata(gguf::Writer& w, const ArchMetadata& m) {
   w.set("general.architecture", Value::string(a));
   w.set("general.name", Value::string(m.name));
   w.set("general.alignment", Value::u32(32));
-  w.set("general.file_type", Value::u32(file_type_code(m.file_type)));
+  w.set("general.file_type", Value::u32(m.ftype ? m.ftype : file_type_code(m.file_type)));
   w.set(a + ".block_count", Value::u32(m.n_layer));
   w.set(a + ".context_length", Value::u32(m.context));
   w.set(a + ".embedding_length", Value::u32(m.n_embd));

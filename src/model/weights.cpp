@@ -4,6 +4,18 @@ namespace df::model {
 
 namespace {
 
+constexpr gguf::GgmlType kMatmulTypes[] = {
+    gguf::GgmlType::F32,  gguf::GgmlType::F16,  gguf::GgmlType::BF16, gguf::GgmlType::Q8_0,   gguf::GgmlType::Q4_0,
+    gguf::GgmlType::Q4_1, gguf::GgmlType::Q5_0, gguf::GgmlType::Q5_1, gguf::GgmlType::IQ4_NL, gguf::GgmlType::Q2_K,
+    gguf::GgmlType::Q3_K, gguf::GgmlType::Q4_K, gguf::GgmlType::Q5_K, gguf::GgmlType::Q6_K,   gguf::GgmlType::IQ4_XS,
+};
+
+std::string supported_type_names() {
+  std::string s;
+  for (auto t : kMatmulTypes) s += (s.empty() ? "" : ", ") + std::string(gguf::type_name(t));
+  return s;
+}
+
 std::string shape_text(const std::vector<uint64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -28,7 +40,7 @@ struct Binder {
     if (matmul ? !matmul_type_supported(t->type) : t->type != gguf::GgmlType::F32)
       return Error{f.path + ": tensor " + t->name + " has unsupported type " +
                    std::string(gguf::type_name(t->type)) +
-                   (matmul ? " (supported: f32, f16, bf16, q8_0, q4_0)" : " (norm weights must be f32)")};
+                   (matmul ? " (supported: " + supported_type_names() + ")" : " (norm weights must be f32)")};
     return t;
   }
 };
@@ -36,9 +48,9 @@ struct Binder {
 }  // namespace
 
 bool matmul_type_supported(gguf::GgmlType t) {
-  using gguf::GgmlType;
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0;
+  for (auto s : kMatmulTypes)
+    if (s == t) return true;
+  return false;
 }
 
 std::vector<const gguf::TensorInfo*> LayerTensors::dense() const {

@@ -11,6 +11,7 @@
 #include "diskformer/gguf/writer.h"
 #include "diskformer/model/arch_metadata.h"
 #include "diskformer/util/check.h"
+#include "synth/rng.h"
 
 namespace df::synth {
 
@@ -21,95 +22,7 @@ using gguf::Value;
 using cpu::f32_to_bf16;
 using cpu::f32_to_f16;
 
-// splitmix64: seeds and fast, well-mixed 64-bit words.
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
-};
-
-uint64_t mix(uint64_t a, uint64_t b) {
-  Rng r{a * 0x9e3779b97f4a7c15ULL ^ b};
-  return r.next();
-}
-
-// Uniform nibbles 0..15 with 0 remapped to 8: codes 1..15 (values -7..7, zero twice as likely). The distribution
-// is symmetric around 8, so dequantized weights have mean exactly zero; plain 0..15 minus 8 would bias every dot
-// product by -0.5 per weight, enough to collapse a model onto one token.
-uint64_t symmetric_nibbles(uint64_t x) {
-  uint64_t z = ~x;
-  uint64_t zero = z & (z >> 1) & (z >> 2) & (z >> 3) & 0x1111111111111111ULL;
-  return x | (zero << 3);
-}
-
-// Standard deviation of the symmetric codes above: E[c^2] = 2 * (1 + 4 + ... + 49) / 16 = 17.5.
-constexpr float kQ4CodeStd = 4.1833f;
-// Q8_0 codes: bytes with -128 remapped to 0, so -127..127 (zero twice as likely): std ~ 73.3.
-constexpr float kQ8CodeStd = 73.3f;
-
 }  // namespace
-
-bool supported_type(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::F16 || t == GgmlType::BF16 ||
-         t == GgmlType::F32;
-}
-
-void fill_random(GgmlType t, float stddev, uint64_t stream, uint8_t* out, uint64_t n_bytes) {
-  Rng rng{stream};
-  switch (t) {
-    case GgmlType::Q4_0: {
-      DF_CHECK(n_bytes % 18 == 0);
-      for (uint64_t b = 0; b < n_bytes; b += 18) {
-        float d = stddev / kQ4CodeStd * (0.75f + 0.5f * rng.uniform());  // scales vary from block to block
-        uint16_t h = f32_to_f16(d);
-        std::memcpy(out + b, &h, 2);
-        uint64_t q0 = symmetric_nibbles(rng.next()), q1 = symmetric_nibbles(rng.next());
-        std::memcpy(out + b + 2, &q0, 8);
-        std::memcpy(out + b + 10, &q1, 8);
-      }
-      break;
-    }
-    case GgmlType::Q8_0: {
-      DF_CHECK(n_bytes % 34 == 0);
-      for (uint64_t b = 0; b < n_bytes; b += 34) {
-        float d = stddev / kQ8CodeStd * (0.75f + 0.5f * rng.uniform());
-        uint16_t h = f32_to_f16(d);
-        std::memcpy(out + b, &h, 2);
-        for (int i = 0; i < 32; i += 8) {
-          uint64_t w = rng.next();
-          for (int k = 0; k < 8; ++k) {
-            auto c = static_cast<uint8_t>(w >> (8 * k));
-            out[b + 2 + i + k] = c == 0x80 ? 0 : c;
-          }
-        }
-      }
-      break;
-    }
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::F32: {
-      const float a = stddev * 1.7320508f;  // uniform on [-a, a] has standard deviation a / sqrt(3)
-      size_t width = t == GgmlType::F32 ? 4 : 2;
-      DF_CHECK(n_bytes % width == 0);
-      for (uint64_t i = 0; i < n_bytes; i += width) {
-        float v = (2.0f * rng.uniform() - 1.0f) * a;
-        if (t == GgmlType::F32) std::memcpy(out + i, &v, 4);
-        else {
-          uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
-          std::memcpy(out + i, &h, 2);
-        }
-      }
-      break;
-    }
-    default:
-      DF_CHECK_MSG(false, "synth cannot generate this type");
-  }
-}
 
 namespace {
 
@@ -121,13 +34,15 @@ struct Planned {
   float stddev;
 };
 
-std::vector<Planned> plan_tensors(const Shape& s, GgmlType type, uint64_t n_vocab) {
+std::vector<Planned> plan_tensors(const Shape& s, GgmlType type, std::optional<Mix> mix, uint64_t n_vocab) {
   std::vector<Planned> p;
   const uint64_t d = s.d_model, q_dim = uint64_t{s.n_head} * s.head_dim, kv_dim = uint64_t{s.n_head_kv} * s.head_dim;
+  const MixModel mm{.n_layer = s.n_layer, .n_head = s.n_head, .n_head_kv = s.n_head_kv, .n_expert = s.n_expert};
   auto mat = [&](std::string name, uint64_t n_in, uint64_t n_out, uint64_t n_exp = 0) {
     std::vector<uint64_t> shape{n_in, n_out};
     if (n_exp) shape.push_back(n_exp);
-    p.push_back({std::move(name), type, std::move(shape), Planned::Matrix, 1.0f / std::sqrt(static_cast<float>(n_in))});
+    const GgmlType t = mix ? mix_tensor_type(*mix, mm, name, shape) : type;
+    p.push_back({std::move(name), t, std::move(shape), Planned::Matrix, 1.0f / std::sqrt(static_cast<float>(n_in))});
   };
   auto norm = [&](std::string name, uint64_t n) {
     p.push_back({std::move(name), GgmlType::F32, {n}, Planned::Norm, 0.0f});
@@ -172,8 +87,9 @@ Status write_model(const Options& o) {
   const Shape& s = o.shape;
   if (s.arch != "qwen3moe" && s.arch != "qwen3" && s.arch != "llama")
     return Error{"synth: unsupported architecture '" + s.arch + "' (qwen3moe, qwen3, llama)"};
-  if (!supported_type(o.type))
-    return Error{"synth: cannot generate type " + std::string(gguf::type_name(o.type)) + " (q4_0, q8_0, f16, bf16)"};
+  if (!o.mix && !supported_type(o.type))
+    return Error{"synth: cannot generate type " + std::string(gguf::type_name(o.type)) +
+                 " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs, f16, bf16)"};
   if (s.arch == "qwen3moe" && (s.n_expert == 0 || s.expert_ff == 0))
     return Error{"synth: qwen3moe needs experts (n_expert and expert_ff)"};
   if (s.n_expert > 0 && (s.n_expert_used == 0 || s.n_expert_used > s.n_expert))
@@ -181,7 +97,8 @@ Status write_model(const Options& o) {
   if (s.n_head_kv == 0 || s.n_head % s.n_head_kv != 0)
     return Error{"synth: head count " + std::to_string(s.n_head) + " is not a multiple of kv heads " +
                  std::to_string(s.n_head_kv)};
-  const uint32_t block = gguf::type_info(o.type)->block_elems;
+  // A mix moves rows that do not fill a block to another type, as llama.cpp's quantizer does.
+  const uint32_t block = o.mix ? 1 : gguf::type_info(o.type)->block_elems;
   for (uint64_t dim : {uint64_t{s.d_model}, uint64_t{s.n_head} * s.head_dim, uint64_t{s.ff}, uint64_t{s.expert_ff}})
     if (dim % block != 0)
       return Error{"synth: dimension " + std::to_string(dim) + " is not a multiple of the " +
@@ -196,6 +113,7 @@ Status write_model(const Options& o) {
   model::set_arch_metadata(w, {.arch = s.arch,
                         .name = "synthetic " + s.arch + " seed " + std::to_string(o.seed),
                         .file_type = o.type,
+                        .ftype = o.mix ? uint32_t(*o.mix) : 0,
                         .n_layer = s.n_layer,
                         .context = s.context,
                         .n_embd = s.d_model,
@@ -211,7 +129,7 @@ Status write_model(const Options& o) {
                         .n_vocab = n_vocab});
   model::copy_tokenizer_metadata(w, tok);
 
-  auto tensors = plan_tensors(s, o.type, n_vocab);
+  auto tensors = plan_tensors(s, o.type, o.mix, n_vocab);
   for (const auto& t : tensors) DF_TRY(w.add_tensor(t.name, t.type, t.shape));
   DF_TRY(w.write_header());
 

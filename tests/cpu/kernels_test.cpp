@@ -2,11 +2,13 @@
 // scalar reference against plain double-precision math.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "diskformer/backend/cpu/dequant.h"
 #include "diskformer/backend/cpu/kernels.h"
 #include "diskformer/backend/cpu/ops.h"
 #include "diskformer/backend/cpu/thread_pool.h"
@@ -134,6 +136,297 @@ TEST(Kernels, QuantizedDotsMatchScalarAndReference) {
   }
 }
 
+std::vector<const Kernels*> all_tables() {
+  std::vector<const Kernels*> all = simd_tables();
+  all.push_back(&scalar_kernels());
+  return all;
+}
+
+TEST(Kernels, QuantizeQ8_1AndQ8_KMatchScalar) {
+  const Kernels& s = scalar_kernels();
+  for (int64_t n : {int64_t(256), int64_t(512), int64_t(4096)}) {
+    auto x = randn(size_t(n), uint64_t(n) + 20);
+    x[7] = 0.0f;
+    std::fill(x.begin() + 256, x.begin() + std::min<int64_t>(n, 512), 0.0f);  // an all-zero 256-block
+    std::vector<BlockQ8_1> a1(size_t(n / 32)), b1(a1.size());
+    std::vector<BlockQ8_K> ak(size_t(n / 256)), bk(ak.size());
+    s.quantize_q8_1(x.data(), a1.data(), n);
+    s.quantize_q8_k(x.data(), ak.data(), n);
+    for (const Kernels* k : simd_tables()) {
+      k->quantize_q8_1(x.data(), b1.data(), n);
+      k->quantize_q8_k(x.data(), bk.data(), n);
+      EXPECT_EQ(0, std::memcmp(a1.data(), b1.data(), a1.size() * sizeof(BlockQ8_1))) << k->name << " n=" << n;
+      EXPECT_EQ(0, std::memcmp(ak.data(), bk.data(), ak.size() * sizeof(BlockQ8_K))) << k->name << " n=" << n;
+    }
+    // Q8_1 is Q8_0 plus the block sum; Q8_K's bsums are its 16-value sums.
+    std::vector<BlockQ8_0> a0(a1.size());
+    s.quantize_q8_0(x.data(), a0.data(), n);
+    for (size_t b = 0; b < a1.size(); ++b) {
+      ASSERT_EQ(a1[b].d, a0[b].d);
+      ASSERT_EQ(0, std::memcmp(a1[b].qs, a0[b].qs, 32));
+      int sum = 0;
+      for (int8_t q : a1[b].qs) sum += q;
+      float amax = 0.0f;
+      for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[b * 32 + size_t(i)]));
+      EXPECT_EQ(a1[b].s, f32_to_f16(amax / 127.0f * float(sum))) << b;  // the sum scaled before d is rounded
+    }
+    for (const BlockQ8_K& b : ak)
+      for (int j = 0; j < 16; ++j) {
+        int sum = 0;
+        for (int i = 0; i < 16; ++i) sum += b.qs[16 * j + i];
+        ASSERT_EQ(b.bsums[j], sum);
+      }
+    if (n >= 512) {
+      EXPECT_EQ(ak[1].d, 0.0f);  // the zero block
+      for (int8_t q : ak[1].qs) EXPECT_EQ(q, 0);
+    }
+  }
+}
+
+TEST(Kernels, Q8_KTakesItsSignFromTheFirstLargestValue) {
+  std::vector<float> x(256, 0.0f);
+  x[3] = -2.0f;
+  x[9] = 2.0f;  // as large, later: the scale follows x[3]
+  x[20] = 1.0f;
+  BlockQ8_K b;
+  scalar_kernels().quantize_q8_k(x.data(), &b, 256);
+  EXPECT_EQ(b.d, 1.0f / (-127.0f / -2.0f));
+  EXPECT_EQ(b.qs[3], -127);
+  EXPECT_EQ(b.qs[9], 127);
+  EXPECT_EQ(b.qs[20], 64);  // 63.5 rounds to even
+  x[3] = 2.0f;
+  x[9] = -2.0f;
+  scalar_kernels().quantize_q8_k(x.data(), &b, 256);
+  EXPECT_LT(b.d, 0.0f);      // -127 / 2: codes carry the opposite sign
+  EXPECT_EQ(b.qs[3], -127);
+  EXPECT_EQ(b.qs[9], 127);   // 127 at most
+}
+
+// Random weights of type t: random code bytes, f16 scales small and positive (offsets of either sign).
+std::vector<uint8_t> random_weights(gguf::GgmlType t, int64_t n, uint64_t seed) {
+  using gguf::GgmlType;
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> w(gguf::row_bytes(t, uint64_t(n)));
+  for (auto& b : w) b = uint8_t(rng());
+  auto scale = [&] { return f32_to_f16(0.001f + float(rng() % 1000) * 2e-5f); };
+  auto offset = [&] { return f32_to_f16((float(rng() % 2001) - 1000.0f) * 1e-4f); };
+  auto each = [&](auto* blocks, size_t count, auto fix) {
+    for (size_t i = 0; i < count; ++i) fix(blocks[i]);
+  };
+  const size_t n32 = size_t(n / 32), n256 = size_t(n / 256);
+  switch (t) {
+    case GgmlType::Q4_0: each(reinterpret_cast<BlockQ4_0*>(w.data()), n32, [&](auto& b) { b.d = scale(); }); break;
+    case GgmlType::Q4_1:
+      each(reinterpret_cast<BlockQ4_1*>(w.data()), n32, [&](auto& b) { b.d = scale(), b.m = offset(); });
+      break;
+    case GgmlType::Q5_0: each(reinterpret_cast<BlockQ5_0*>(w.data()), n32, [&](auto& b) { b.d = scale(); }); break;
+    case GgmlType::Q5_1:
+      each(reinterpret_cast<BlockQ5_1*>(w.data()), n32, [&](auto& b) { b.d = scale(), b.m = offset(); });
+      break;
+    case GgmlType::IQ4_NL: each(reinterpret_cast<BlockIQ4_NL*>(w.data()), n32, [&](auto& b) { b.d = scale(); }); break;
+    case GgmlType::Q2_K:
+      each(reinterpret_cast<BlockQ2_K*>(w.data()), n256, [&](auto& b) { b.d = scale(), b.dmin = scale(); });
+      break;
+    case GgmlType::Q3_K: each(reinterpret_cast<BlockQ3_K*>(w.data()), n256, [&](auto& b) { b.d = scale(); }); break;
+    case GgmlType::Q4_K:
+      each(reinterpret_cast<BlockQ4_K*>(w.data()), n256, [&](auto& b) { b.d = scale(), b.dmin = scale(); });
+      break;
+    case GgmlType::Q5_K:
+      each(reinterpret_cast<BlockQ5_K*>(w.data()), n256, [&](auto& b) { b.d = scale(), b.dmin = scale(); });
+      break;
+    case GgmlType::Q6_K: each(reinterpret_cast<BlockQ6_K*>(w.data()), n256, [&](auto& b) { b.d = scale(); }); break;
+    case GgmlType::IQ4_XS: each(reinterpret_cast<BlockIQ4_XS*>(w.data()), n256, [&](auto& b) { b.d = scale(); }); break;
+    default: ADD_FAILURE() << "no random weights for " << gguf::type_name(t);
+  }
+  return w;
+}
+
+// A quantized activation row of n values for weights of type t, and its dequantized values.
+struct Act {
+  std::vector<uint8_t> bytes;
+  std::vector<double> values;
+  std::vector<float> block_sums;  // Q8_1: the f16 block sums s the offsets multiply (rounded, so a looser bound)
+};
+Act quantize_for(gguf::GgmlType t, const std::vector<float>& x) {
+  using gguf::GgmlType;
+  const Kernels& s = scalar_kernels();
+  const int64_t n = int64_t(x.size());
+  Act a;
+  a.values.resize(x.size());
+  if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) {
+    std::vector<BlockQ8_1> b(size_t(n / 32));
+    s.quantize_q8_1(x.data(), b.data(), n);
+    for (int64_t i = 0; i < n; ++i) a.values[size_t(i)] = double(b[size_t(i / 32)].qs[i % 32]) * f16_to_f32(b[size_t(i / 32)].d);
+    for (const auto& blk : b) a.block_sums.push_back(f16_to_f32(blk.s));
+    a.bytes.assign(reinterpret_cast<uint8_t*>(b.data()), reinterpret_cast<uint8_t*>(b.data() + b.size()));
+  } else if (gguf::type_info(t)->block_elems == 256) {
+    std::vector<BlockQ8_K> b(size_t(n / 256));
+    s.quantize_q8_k(x.data(), b.data(), n);
+    for (int64_t i = 0; i < n; ++i) a.values[size_t(i)] = double(b[size_t(i / 256)].qs[i % 256]) * b[size_t(i / 256)].d;
+    a.bytes.assign(reinterpret_cast<uint8_t*>(b.data()), reinterpret_cast<uint8_t*>(b.data() + b.size()));
+  } else {
+    std::vector<BlockQ8_0> b(size_t(n / 32));
+    s.quantize_q8_0(x.data(), b.data(), n);
+    for (int64_t i = 0; i < n; ++i) a.values[size_t(i)] = double(b[size_t(i / 32)].qs[i % 32]) * f16_to_f32(b[size_t(i / 32)].d);
+    a.bytes.assign(reinterpret_cast<uint8_t*>(b.data()), reinterpret_cast<uint8_t*>(b.data() + b.size()));
+  }
+  return a;
+}
+
+// One table's dot product of a weight row of type t against an activation row (x8: the interleaved order).
+float table_dot(const Kernels& k, gguf::GgmlType t, bool x8, int64_t n, const uint8_t* w, const uint8_t* a) {
+  using gguf::GgmlType;
+  switch (t) {
+    case GgmlType::Q4_0:
+      return (x8 ? k.dot_q4_0_q8_0_x8 : k.dot_q4_0_q8_0)(n, reinterpret_cast<const BlockQ4_0*>(w),
+                                                          reinterpret_cast<const BlockQ8_0*>(a));
+    case GgmlType::Q4_1:
+      return k.dot_q4_1_q8_1(n, reinterpret_cast<const BlockQ4_1*>(w), reinterpret_cast<const BlockQ8_1*>(a));
+    case GgmlType::Q5_0:
+      return k.dot_q5_0_q8_0(n, reinterpret_cast<const BlockQ5_0*>(w), reinterpret_cast<const BlockQ8_0*>(a));
+    case GgmlType::Q5_1:
+      return k.dot_q5_1_q8_1(n, reinterpret_cast<const BlockQ5_1*>(w), reinterpret_cast<const BlockQ8_1*>(a));
+    case GgmlType::IQ4_NL:
+      return (x8 ? k.dot_iq4_nl_q8_0_x8 : k.dot_iq4_nl_q8_0)(n, reinterpret_cast<const BlockIQ4_NL*>(w),
+                                                              reinterpret_cast<const BlockQ8_0*>(a));
+    case GgmlType::Q2_K:
+      return k.dot_q2_k_q8_k(n, reinterpret_cast<const BlockQ2_K*>(w), reinterpret_cast<const BlockQ8_K*>(a));
+    case GgmlType::Q3_K:
+      return k.dot_q3_k_q8_k(n, reinterpret_cast<const BlockQ3_K*>(w), reinterpret_cast<const BlockQ8_K*>(a));
+    case GgmlType::Q4_K:
+      return (x8 ? k.dot_q4_k_q8_k_x8 : k.dot_q4_k_q8_k)(n, reinterpret_cast<const BlockQ4_K*>(w),
+                                                          reinterpret_cast<const BlockQ8_K*>(a));
+    case GgmlType::Q5_K:
+      return k.dot_q5_k_q8_k(n, reinterpret_cast<const BlockQ5_K*>(w), reinterpret_cast<const BlockQ8_K*>(a));
+    case GgmlType::Q6_K:
+      return k.dot_q6_k_q8_k(n, reinterpret_cast<const BlockQ6_K*>(w), reinterpret_cast<const BlockQ8_K*>(a));
+    case GgmlType::IQ4_XS:
+      return k.dot_iq4_xs_q8_k(n, reinterpret_cast<const BlockIQ4_XS*>(w), reinterpret_cast<const BlockQ8_K*>(a));
+    default: ADD_FAILURE(); return 0;
+  }
+}
+
+struct TypeOrder {
+  gguf::GgmlType type;
+  bool x8;
+};
+const TypeOrder kQuantOrders[] = {
+    {gguf::GgmlType::Q4_0, true},  {gguf::GgmlType::Q4_1, false},   {gguf::GgmlType::Q5_0, false},
+    {gguf::GgmlType::Q5_1, false}, {gguf::GgmlType::IQ4_NL, false}, {gguf::GgmlType::IQ4_NL, true},
+    {gguf::GgmlType::Q2_K, false}, {gguf::GgmlType::Q3_K, false},   {gguf::GgmlType::Q4_K, false},
+    {gguf::GgmlType::Q4_K, true},  {gguf::GgmlType::Q5_K, false},   {gguf::GgmlType::Q6_K, false},
+    {gguf::GgmlType::IQ4_XS, false},
+};
+
+TEST(Kernels, EveryQuantizedDotMatchesScalarAndReference) {
+  // Each type against its activation format, every table bit-identical to the scalar one; the scalar one within
+  // float rounding of the dequantized weights and activations multiplied in double (1e-5 of the sum of |products|:
+  // the integer lanes are exact, so only the per-block float steps round).
+  const Kernels& s = scalar_kernels();
+  for (const TypeOrder& to : kQuantOrders) {
+    const bool k256 = gguf::type_info(to.type)->block_elems == 256;
+    for (int64_t n : k256 ? std::vector<int64_t>{256, 512, 2048, 256 * 11} : std::vector<int64_t>{32, 96, 256, 4096 + 32}) {
+      const auto w = random_weights(to.type, n, uint64_t(n) * 31 + uint64_t(to.type));
+      const Act a = quantize_for(to.type, randn(size_t(n), uint64_t(n) + 5));
+      std::vector<float> wf(static_cast<size_t>(n));
+      dequantize_row(to.type, w.data(), n, wf.data());
+      double ref = 0, mag = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ref += double(wf[size_t(i)]) * a.values[size_t(i)];
+        mag += std::fabs(double(wf[size_t(i)]) * a.values[size_t(i)]);
+      }
+      // Q4_1 / Q5_1: the offset m multiplies the block sum rounded to f16 (2^-11 relative).
+      for (size_t b = 0; b < a.block_sums.size(); ++b) {
+        const uint16_t m = to.type == gguf::GgmlType::Q4_1 ? reinterpret_cast<const BlockQ4_1*>(w.data())[b].m
+                                                            : reinterpret_cast<const BlockQ5_1*>(w.data())[b].m;
+        mag += std::fabs(double(f16_to_f32(m)) * a.block_sums[b]) * 50.0;
+      }
+      const float got = table_dot(s, to.type, to.x8, n, w.data(), a.bytes.data());
+      EXPECT_NEAR(got, ref, 1e-5 * mag + 1e-6) << gguf::type_name(to.type) << (to.x8 ? " x8" : "") << " n=" << n;
+      for (const Kernels* k : simd_tables())
+        EXPECT_EQ(bits(got), bits(table_dot(*k, to.type, to.x8, n, w.data(), a.bytes.data())))
+            << k->name << " " << gguf::type_name(to.type) << (to.x8 ? " x8" : "") << " n=" << n;
+    }
+  }
+}
+
+TEST(Kernels, FourRowInterleavedDotsMatchScalar) {
+  // Q4_0's four-row kernel equals four single ones; Q4_K's has its own (batched) order, so its tables are checked
+  // against the scalar one and the single order within rounding.
+  const Kernels& s = scalar_kernels();
+  for (int64_t n : {int64_t(256), int64_t(1024), int64_t(256 * 7)}) {
+    const auto w0 = random_weights(gguf::GgmlType::Q4_0, n, 7);
+    const auto wk = random_weights(gguf::GgmlType::Q4_K, n, 8);
+    std::vector<Act> a0, ak;
+    for (int t = 0; t < 4; ++t) {
+      const auto x = randn(size_t(n), uint64_t(100 + t));
+      a0.push_back(quantize_for(gguf::GgmlType::Q4_0, x));
+      ak.push_back(quantize_for(gguf::GgmlType::Q4_K, x));
+    }
+    const BlockQ8_0* p0[4];
+    const BlockQ8_K* pk[4];
+    for (int t = 0; t < 4; ++t) {
+      p0[t] = reinterpret_cast<const BlockQ8_0*>(a0[size_t(t)].bytes.data());
+      pk[t] = reinterpret_cast<const BlockQ8_K*>(ak[size_t(t)].bytes.data());
+    }
+    float want[4];
+    s.dot4_q4_k_q8_k_x8(n, reinterpret_cast<const BlockQ4_K*>(wk.data()), pk, want);
+    for (const Kernels* k : all_tables()) {
+      float o0[4], ok[4];
+      k->dot4_q4_0_q8_0_x8(n, reinterpret_cast<const BlockQ4_0*>(w0.data()), p0, o0);
+      k->dot4_q4_k_q8_k_x8(n, reinterpret_cast<const BlockQ4_K*>(wk.data()), pk, ok);
+      for (int t = 0; t < 4; ++t) {
+        EXPECT_EQ(bits(o0[t]), bits(s.dot_q4_0_q8_0_x8(n, reinterpret_cast<const BlockQ4_0*>(w0.data()), p0[t])))
+            << k->name << " n=" << n;
+        EXPECT_EQ(bits(ok[t]), bits(want[t])) << k->name << " n=" << n;
+        const float one = s.dot_q4_k_q8_k_x8(n, reinterpret_cast<const BlockQ4_K*>(wk.data()), pk[t]);
+        EXPECT_NEAR(ok[t], one, 1e-5 * (1 + std::fabs(one))) << "n=" << n;
+      }
+    }
+  }
+}
+
+TEST(Kernels, SingleRowFloatDotsMatchScalarAndReference) {
+  const Kernels& s = scalar_kernels();
+  for (int64_t n : {int64_t(1), int64_t(16), int64_t(32), int64_t(64), int64_t(100), int64_t(4096)}) {
+    auto w = randn(size_t(n), uint64_t(n) + 40), a = randn(size_t(n), uint64_t(n) + 41);
+    std::vector<uint16_t> wh(static_cast<size_t>(n)), ah(wh.size());
+    s.to_f16(w.data(), wh.data(), n);
+    s.to_f16(a.data(), ah.data(), n);
+    double r32 = 0, r16 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      r32 += double(w[size_t(i)]) * a[size_t(i)];
+      r16 += double(f16_to_f32(wh[size_t(i)])) * f16_to_f32(ah[size_t(i)]);
+    }
+    const float s32 = s.dot_f32_single(n, w.data(), a.data()), s16 = s.dot_f16_single(n, wh.data(), ah.data());
+    EXPECT_NEAR(s32, r32, 1e-4 * std::sqrt(double(n)));
+    EXPECT_NEAR(s16, r16, 1e-4 * std::sqrt(double(n)));
+    for (const Kernels* k : simd_tables()) {
+      EXPECT_EQ(bits(s32), bits(k->dot_f32_single(n, w.data(), a.data()))) << k->name << " n=" << n;
+      EXPECT_EQ(bits(s16), bits(k->dot_f16_single(n, wh.data(), ah.data()))) << k->name << " n=" << n;
+    }
+  }
+}
+
+TEST(Kernels, SwigluMatchesScalarAndSilu) {
+  const Kernels& s = scalar_kernels();
+  for (int64_t n : {int64_t(5), int64_t(64), int64_t(1027)}) {
+    auto g = randn(size_t(n), uint64_t(n) + 50, 4.0f), u = randn(size_t(n), uint64_t(n) + 51);
+    g[0] = 120.0f;  // the exponential's far ends: exp(-120) underflows to 0 ...
+    if (n > 1) g[1] = -120.0f;  // ... and exp(120) overflows: silu -> 0 * up
+    std::vector<float> want(static_cast<size_t>(n)), got(want.size());
+    s.swiglu(n, g.data(), u.data(), want.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double silu = double(g[size_t(i)]) / (1.0 + std::exp(-double(g[size_t(i)])));
+      EXPECT_NEAR(want[size_t(i)], silu * u[size_t(i)], 1e-6 * (1 + std::fabs(silu * u[size_t(i)]))) << i;
+    }
+    for (const Kernels* k : simd_tables()) {
+      k->swiglu(n, g.data(), u.data(), got.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << k->name << " " << i;
+    }
+  }
+}
+
 TEST(Kernels, FloatDotsMatchScalarAndReference) {
   const Kernels& s = scalar_kernels();
   for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(33), int64_t(64), int64_t(1000), int64_t(4096)}) {
@@ -241,6 +534,84 @@ TEST(Ops, MatmulIsIndependentOfThreadsAndBatch) {
   for (int t = 0; t < 6; ++t) {
     matmul(c1, w, x.data() + t * 128, 1, one.data());
     EXPECT_EQ(std::vector<float>(y1.begin() + t * 48, y1.begin() + (t + 1) * 48), one) << "token " << t;
+  }
+}
+
+TEST(Ops, MatmulFollowsLlamaCppOrdersForEveryType) {
+  // A product row by row equals the kernel of its type (the interleaved order where the row count is a multiple of
+  // 8); a batch equals it too, except Q4_K's interleaved matrices, whose groups of four activation rows take the
+  // batched order; threads change nothing.
+  ThreadPool pool(3);
+  for (const TypeOrder& to : kQuantOrders) {
+    const int64_t cols = 512, rows = to.x8 ? 16 : 12;
+    const uint64_t row_bytes = gguf::row_bytes(to.type, uint64_t(cols));
+    const auto data = random_weights(to.type, cols * rows, 77 + uint64_t(to.type));
+    model::Mat w{to.type, data.data(), cols, rows, row_bytes};
+    const int64_t n_tok = 6;
+    const auto x = randn(size_t(n_tok * cols), 78);
+    std::vector<float> batched(size_t(n_tok * rows)), per_row(batched.size()), threaded(batched.size());
+    Context c1;
+    Context c3;
+    c3.pool = &pool;
+    matmul(c1, w, x.data(), n_tok, batched.data());
+    const MatmulJob job{&w, x.data(), n_tok, per_row.data(), true};
+    matmul_many(c1, std::span<const MatmulJob>(&job, 1));
+    matmul(c3, w, x.data(), n_tok, threaded.data());
+    EXPECT_EQ(threaded, batched) << gguf::type_name(to.type);
+    for (int64_t t = 0; t < n_tok; ++t) {
+      const Act a = quantize_for(to.type, std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        const float want = table_dot(scalar_kernels(), to.type, to.x8, cols, w.row(r), a.bytes.data());
+        ASSERT_EQ(bits(per_row[size_t(t * rows + r)]), bits(want)) << gguf::type_name(to.type) << " t=" << t;
+        const bool grouped = to.type == gguf::GgmlType::Q4_K && to.x8 && t < 4;
+        if (!grouped) {
+          ASSERT_EQ(bits(batched[size_t(t * rows + r)]), bits(want)) << gguf::type_name(to.type) << " t=" << t;
+        }
+      }
+    }
+    if (to.type == gguf::GgmlType::Q4_K && to.x8) {
+      std::vector<Act> a;
+      const BlockQ8_K* a4[4];
+      for (int t = 0; t < 4; ++t) {
+        a.push_back(quantize_for(to.type, std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
+        a4[t] = reinterpret_cast<const BlockQ8_K*>(a.back().bytes.data());
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float out[4];
+        scalar_kernels().dot4_q4_k_q8_k_x8(cols, reinterpret_cast<const BlockQ4_K*>(w.row(r)), a4, out);
+        for (int t = 0; t < 4; ++t) EXPECT_EQ(bits(batched[size_t(t * rows + r)]), bits(out[t])) << "t=" << t;
+      }
+    }
+  }
+}
+
+TEST(Ops, FloatMatmulTakesTheSingleRowOrderForOneRow) {
+  const int64_t cols = 100 * 8, rows = 8;
+  const auto wv = randn(size_t(cols * rows), 90), x = randn(size_t(2 * cols), 91);
+  model::Mat w{gguf::GgmlType::F32, reinterpret_cast<const uint8_t*>(wv.data()), cols, rows, uint64_t(cols) * 4};
+  std::vector<float> one(static_cast<size_t>(rows)), two(static_cast<size_t>(2 * rows));
+  Context c;
+  matmul(c, w, x.data(), 1, one.data());
+  matmul(c, w, x.data(), 2, two.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(bits(one[size_t(r)]), bits(scalar_kernels().dot_f32_single(cols, w.f32() + r * cols, x.data())));
+    EXPECT_EQ(bits(two[size_t(r)]), bits(scalar_kernels().dot_f32(cols, w.f32() + r * cols, x.data())));
+  }
+}
+
+TEST(Ops, SoftmaxSumsToOneAndKeepsOrder) {
+  for (int64_t n : {int64_t(3), int64_t(8), int64_t(16), int64_t(27), int64_t(128)}) {
+    auto x = randn(size_t(n), uint64_t(n) + 60, 3.0f);
+    auto p = x;
+    softmax(p.data(), n);
+    double sum = 0;
+    const float mx = *std::max_element(x.begin(), x.end());
+    for (int64_t i = 0; i < n; ++i) {
+      sum += p[size_t(i)];
+      EXPECT_NEAR(p[size_t(i)] / p[size_t(std::max_element(x.begin(), x.end()) - x.begin())],
+                  std::exp(double(x[size_t(i)]) - mx), 1e-6);
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6) << n;
   }
 }
 

@@ -158,7 +158,10 @@ TEST(BadInput, UnsupportedTypeIsNamed) {
   m.retype_tensor = "blk.1.attn_q.weight";
   const auto e = open_error(m, "type");
   EXPECT_NE(e.find("blk.1.attn_q.weight"), std::string::npos) << e;
-  EXPECT_NE(e.find("unsupported type q5_0"), std::string::npos) << e;
+  EXPECT_NE(e.find("unsupported type mxfp4"), std::string::npos) << e;
+  // The message lists what the engine does multiply.
+  EXPECT_NE(e.find("q4_K"), std::string::npos) << e;
+  EXPECT_NE(e.find("iq4_xs"), std::string::npos) << e;
 }
 
 TEST(BadInput, MissingTensorIsNamed) {

@@ -48,8 +48,11 @@ std::vector<uint8_t> random_bytes(const Planned& t, std::mt19937_64& rng) {
       }
       break;
     }
-    default: {  // Q4_0 and Q5_0 (both start with an f16 scale; the rest is random bits)
-      const uint32_t bb = t.type == GgmlType::Q4_0 ? 18 : 22;
+    case GgmlType::MXFP4:  // refused before it is read
+      for (auto& b : out) b = uint8_t(rng());
+      break;
+    default: {  // Q4_0: an f16 scale, then random bits
+      const uint32_t bb = 18;
       for (uint64_t i = 0; i < n / 32; ++i) {
         uint8_t* b = out.data() + i * bb;
         const uint16_t d = cpu::f32_to_f16(scale * 1.7f / 8.0f);
@@ -90,7 +93,7 @@ Status write_tiny_model(const std::string& path, const TinyModel& m) {
     if (name == m.widen_tensor) shape.back() += 1;
     GgmlType t = norm ? GgmlType::F32 : m.type;
     if (name.find("ffn_gate_inp") != std::string::npos) t = GgmlType::F32;
-    if (name == m.retype_tensor) t = GgmlType::Q5_0;
+    if (name == m.retype_tensor) t = GgmlType::MXFP4;
     plan.push_back({name, t, shape, norm});
   };
   add("token_embd.weight", {E, V}, false);

@@ -22,7 +22,7 @@ struct TinyModel {
   // Breakage:
   std::string drop_tensor;        // leave this tensor out
   std::string widen_tensor;       // add one row to this tensor's last dimension
-  std::string retype_tensor;      // write this tensor as Q5_0
+  std::string retype_tensor;      // write this tensor as MXFP4 (a type the CPU kernels do not multiply)
 };
 
 Status write_tiny_model(const std::string& path, const TinyModel& m);

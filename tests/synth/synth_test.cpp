@@ -4,9 +4,12 @@
 #include <cstring>
 #include <fstream>
 
+#include "diskformer/backend/cpu/dequant.h"
+#include "diskformer/engine/model.h"
 #include "diskformer/gguf/reader.h"
 #include "diskformer/gguf/breakdown.h"
 #include "diskformer/synth/synth.h"
+#include "support/sessions.h"
 #include "support/test_paths.h"
 
 namespace {
@@ -147,6 +150,110 @@ TEST_F(SynthFile, RefusesWhatItCannotWrite) {
   EXPECT_NE(st.error().message.find("/nonexistent.gguf"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(o.out));
   EXPECT_FALSE(df::synth::preset("qwen3moe", "nope").has_value());
+}
+
+TEST(Synth, EveryQuantizedTypeIsSymmetricWithTheRequestedSpread) {
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K,
+                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
+    const uint64_t n = 256 * 512;
+    std::vector<uint8_t> buf(df::gguf::row_bytes(t, n));
+    df::synth::fill_random(t, 0.05f, 11, buf.data(), buf.size());
+    std::vector<float> v(n);
+    df::cpu::dequantize_row(t, buf.data(), int64_t(n), v.data());
+    double s = 0, s2 = 0;
+    for (float x : v) {
+      ASSERT_TRUE(std::isfinite(x)) << df::gguf::type_name(t);
+      s += x, s2 += double(x) * x;
+    }
+    const double mean = s / double(n), rms = std::sqrt(s2 / double(n));
+    EXPECT_LT(std::fabs(mean), 0.01 * rms) << df::gguf::type_name(t);
+    EXPECT_NEAR(rms, 0.05, 0.01) << df::gguf::type_name(t);
+  }
+}
+
+TEST_F(SynthFile, MixesTypeEveryTensorAsLlamaCppsQuantizer) {
+  // The shared K-quant files were written by llama-quantize: synth with the same shape and mix must give every
+  // tensor the same type.
+  const std::pair<const char*, const char*> files[] = {{"qwen3-q6_k", "q6_k"},         {"qwen3-q2_k", "q2_k"},
+                                                       {"qwen3moe-q4_k_m", "q4_k_m"}, {"qwen3moe-q3_k_m", "q3_k_m"},
+                                                       {"qwen3moe-iq4_xs", "iq4_xs"}, {"mixtral-q5_k_m", "q5_k_m"}};
+  for (const auto& [file, mix] : files) {
+    DF_REQUIRE_SHARED(ref_path, std::string("models/") + file + ".gguf");
+    auto ref = df::gguf::read_file(ref_path.string());
+    ASSERT_TRUE(ref.ok()) << ref.error().message;
+    const std::string arch = ref->architecture(), a = arch + ".";
+    df::synth::Options o;
+    o.shape.arch = arch;
+    o.shape.n_layer = uint32_t(ref->get_u64_or(a + "block_count", 0));
+    o.shape.d_model = uint32_t(ref->get_u64_or(a + "embedding_length", 0));
+    o.shape.n_head = uint32_t(ref->get_u64_or(a + "attention.head_count", 0));
+    o.shape.n_head_kv = uint32_t(ref->get_u64_or(a + "attention.head_count_kv", 0));
+    o.shape.head_dim = uint32_t(ref->get_u64_or(a + "attention.key_length", o.shape.d_model / o.shape.n_head));
+    o.shape.ff = uint32_t(ref->get_u64_or(a + "feed_forward_length", 0));
+    o.shape.n_expert = uint32_t(ref->get_u64_or(a + "expert_count", 0));
+    o.shape.n_expert_used = uint32_t(ref->get_u64_or(a + "expert_used_count", 0));
+    o.shape.expert_ff = uint32_t(ref->get_u64_or(a + "expert_feed_forward_length", 0));
+    o.mix = df::synth::mix_from_name(mix);
+    ASSERT_TRUE(o.mix.has_value()) << mix;
+    o.tokenizer_from = ref_path.string();
+    o.out = (dir_ / (std::string(file) + ".gguf")).string();
+    auto st = df::synth::write_model(o);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    auto mine = df::gguf::read_file(o.out);
+    ASSERT_TRUE(mine.ok());
+    ASSERT_EQ(mine->tensors.size(), ref->tensors.size()) << file;
+    for (size_t i = 0; i < ref->tensors.size(); ++i) {
+      EXPECT_EQ(mine->tensors[i].name, ref->tensors[i].name) << file;
+      EXPECT_EQ(df::gguf::type_name(mine->tensors[i].type), df::gguf::type_name(ref->tensors[i].type))
+          << file << " " << ref->tensors[i].name;
+      EXPECT_EQ(mine->tensors[i].shape, ref->tensors[i].shape) << file << " " << ref->tensors[i].name;
+    }
+    EXPECT_EQ(mine->get_u64_or("general.file_type", 0), ref->get_u64_or("general.file_type", 1)) << file;
+  }
+}
+
+TEST(SynthMix, RowsThatDoNotFillABlockFallBack) {
+  const df::synth::MixModel m{.n_layer = 8, .n_head = 8, .n_head_kv = 2, .n_expert = 0};
+  using df::synth::Mix;
+  using df::synth::mix_tensor_type;
+  EXPECT_EQ(mix_tensor_type(Mix::kIQ4_XS, m, "blk.3.attn_q.weight", {96, 256}), GgmlType::IQ4_NL);
+  EXPECT_EQ(mix_tensor_type(Mix::kQ4_K_M, m, "blk.3.attn_q.weight", {96, 256}), GgmlType::Q5_0);
+  EXPECT_EQ(mix_tensor_type(Mix::kQ5_K_M, m, "blk.3.attn_q.weight", {96, 256}), GgmlType::Q5_1);
+  EXPECT_EQ(mix_tensor_type(Mix::kQ6_K, m, "blk.3.attn_q.weight", {96, 256}), GgmlType::Q8_0);
+  EXPECT_EQ(mix_tensor_type(Mix::kQ3_K_M, m, "blk.3.attn_q.weight", {96, 256}), GgmlType::Q4_0);
+  EXPECT_EQ(mix_tensor_type(Mix::kQ4_K_M, m, "blk.3.attn_q.weight", {40, 256}), GgmlType::F16);
+  EXPECT_EQ(mix_tensor_type(Mix::kQ4_K_M, m, "output.weight", {96, 1000}), GgmlType::Q8_0);
+  // Q4_K_M's more-bits layers of 8: 0, 3, 6 and 7 (the first and last eighth, every third one between).
+  for (int l = 0; l < 8; ++l) {
+    const bool more = l == 0 || l == 3 || l == 6 || l == 7;
+    EXPECT_EQ(mix_tensor_type(Mix::kQ4_K_M, m, "blk." + std::to_string(l) + ".ffn_down.weight", {1024, 256}),
+              more ? GgmlType::Q6_K : GgmlType::Q4_K)
+        << l;
+  }
+  // Grouped-query attention of 4 or more moves Q2_K's attn_v to Q4_K and IQ4_XS's to Q5_K.
+  EXPECT_EQ(mix_tensor_type(Mix::kQ2_K, m, "blk.1.attn_v.weight", {256, 64}), GgmlType::Q4_K);
+  EXPECT_EQ(mix_tensor_type(Mix::kIQ4_XS, m, "blk.1.attn_v.weight", {256, 64}), GgmlType::Q5_K);
+  EXPECT_FALSE(df::synth::mix_from_name("q4_k_s").has_value());
+  EXPECT_EQ(df::synth::mix_from_name("Q4_K_M"), Mix::kQ4_K_M);
+}
+
+TEST_F(SynthFile, AMixedFileRunsOnTheCpu) {
+  DF_REQUIRE_SHARED(tok, "models/qwen3moe-q4_k_m.gguf");
+  df::synth::Options o;
+  o.shape = *df::synth::preset("qwen3moe", "tiny");
+  o.shape.d_model = 256, o.shape.n_head = 4, o.shape.n_head_kv = 2, o.shape.head_dim = 64, o.shape.expert_ff = 256;
+  o.mix = df::synth::Mix::kQ4_K_M;
+  o.tokenizer_from = tok.string();
+  o.out = (dir_ / "run.gguf").string();
+  auto st = df::synth::write_model(o);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  auto model = df::engine::Model::open(o.out, {.n_ctx = 64, .threads = 2});
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  df::engine::Session s = df::test::new_session(**model);
+  const std::vector<int32_t> prompt = {1, 450, 4996, 3347};
+  auto ev = s.eval(prompt);
+  ASSERT_TRUE(ev.ok()) << ev.error().message;
+  for (float l : s.logits()) ASSERT_TRUE(std::isfinite(l));
 }
 
 TEST(SynthPresets, Qwen3_30B_A3B_HasTheRealShape) {

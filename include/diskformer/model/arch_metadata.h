@@ -14,6 +14,7 @@ struct ArchMetadata {
   std::string arch;  // "llama", "qwen3" or "qwen3moe"
   std::string name;  // general.name
   gguf::GgmlType file_type = gguf::GgmlType::F32;  // the type of most matrices (general.file_type)
+  uint32_t ftype = 0;  // llama_ftype code written instead where nonzero (a K-quant mix: Q4_K_M = 15, ...)
   uint32_t n_layer = 0, context = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
   uint32_t n_expert = 0, n_expert_used = 0;  // 0: dense
   uint32_t n_ff_expert = 0;                  // qwen3moe's expert width (llama's Mixtral layout uses n_ff)

@@ -48,7 +48,7 @@ struct ModelTensors {
 // Finds every tensor the family needs and checks its shape and type; errors name the file and the tensor.
 Result<ModelTensors> bind_tensors(const gguf::File& f, const ModelSpec& spec);
 
-// Weight types the CPU kernels multiply: F32, F16, BF16, Q8_0, Q4_0.
+// Weight types the CPU kernels multiply: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K, IQ4_XS.
 bool matmul_type_supported(gguf::GgmlType t);
 
 // The views of one block's dense tensors (Mat.data == nullptr where the block has no such tensor). Routed experts

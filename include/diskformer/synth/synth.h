@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "diskformer/gguf/types.h"
+#include "diskformer/synth/quant_mix.h"
 #include "diskformer/util/result.h"
 
 namespace df::synth {
@@ -37,6 +38,7 @@ std::vector<std::string> preset_names(const std::string& arch);
 struct Options {
   Shape shape;
   gguf::GgmlType type = gguf::GgmlType::Q4_0;  // matrices; norms and routers are F32
+  std::optional<Mix> mix;                       // set: each matrix's type by llama.cpp's rules for the mix (not type)
   std::string tokenizer_from;                   // GGUF whose tokenizer.* metadata is copied
   uint64_t seed = 1;
   std::string out;
@@ -45,7 +47,7 @@ struct Options {
   std::function<void(uint64_t, uint64_t)> progress;
 };
 
-// Types synth can generate: q4_0, q8_0, f16, bf16, f32.
+// Types synth can generate: q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_K .. q6_K, iq4_xs, f16, bf16, f32.
 bool supported_type(gguf::GgmlType t);
 
 Status write_model(const Options& options);

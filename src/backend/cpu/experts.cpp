@@ -15,15 +15,15 @@ void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std
   jobs.reserve(2 * ew.size());
   for (size_t i = 0; i < ew.size(); ++i) {
     const int64_t m = first[i + 1] - first[i];
-    jobs.push_back({&ew[i].gate, in + first[i] * E, m, scratch.gate.data() + first[i] * F});
-    jobs.push_back({&ew[i].up, in + first[i] * E, m, scratch.up.data() + first[i] * F});
+    jobs.push_back({&ew[i].gate, in + first[i] * E, m, scratch.gate.data() + first[i] * F, /*per_row=*/true});
+    jobs.push_back({&ew[i].up, in + first[i] * E, m, scratch.up.data() + first[i] * F, /*per_row=*/true});
   }
   matmul_many(ctx, jobs);
   swiglu(scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
   jobs.clear();
   for (size_t i = 0; i < ew.size(); ++i) {
     const int64_t m = first[i + 1] - first[i];
-    jobs.push_back({&ew[i].down, scratch.gate.data() + first[i] * F, m, out + first[i] * E});
+    jobs.push_back({&ew[i].down, scratch.gate.data() + first[i] * F, m, out + first[i] * E, /*per_row=*/true});
   }
   matmul_many(ctx, jobs);
 }

@@ -27,6 +27,7 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
       return Error{"token id " + std::to_string(tokens[t]) + " at batch position " + std::to_string(t) +
                    " is outside the vocabulary of " + std::to_string(s_.n_vocab)};
 
+  one_row_ = n >= kTiledAttentionRows;
   ensure(b_.x, n * E);
   ensure(b_.xn, n * E);
   ensure(b_.proj, n * E);
@@ -54,15 +55,18 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
     for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
     guess_.clear();
     if (n == 1 && il + 1 < s_.n_layer) guess_experts(il + 1);
-    // Feed-forward sublayer with a residual connection.
-    for (int64_t t = 0; t < n; ++t)
-      rms_norm(b_.x.data() + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    // Feed-forward sublayer with a residual connection. As llama.cpp does, the last block feeds forward only the
+    // rows whose logits are asked for (its products then take their one-row orders); routing statistics want
+    // every token's route.
+    const int64_t f0 = il + 1 == s_.n_layer && !all_logits && !routing_ ? n - 1 : 0, nf = n - f0;
+    float* xf = b_.x.data() + f0 * E;
+    for (int64_t t = 0; t < nf; ++t) rms_norm(xf + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
     if (s_.moe()) {
-      DF_TRY(moe_ffn(*lw, il, n));
+      DF_TRY(moe_ffn(*lw, il, nf));
     } else {
-      dense_ffn(*lw, n);
+      dense_ffn(*lw, nf);
     }
-    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    for (int64_t i = 0; i < nf * E; ++i) xf[i] += b_.proj[i];
   }
   layer_pin_.release();
   kv.n_past += static_cast<uint32_t>(n);
@@ -71,9 +75,14 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
   for (int64_t t = first; t < n; ++t)
     rms_norm(b_.x.data() + t * E, w_.output_norm.f32(), E, s_.norm_eps, b_.xn.data() + (t - first) * E);
   b_.logits.resize(uint64_t(n_out) * s_.n_vocab);
-  matmul(ctx_, w_.output, b_.xn.data(), n_out, b_.logits.data());
+  matmul(w_.output, b_.xn.data(), n_out, b_.logits.data());
   stats_.tokens += uint64_t(n);
   return {};
+}
+
+void Forward::matmul(const model::Mat& w, const float* x, int64_t n, float* y) {
+  const MatmulJob job{&w, x, n, y, one_row_};
+  matmul_many(ctx_, std::span<const MatmulJob>(&job, 1));
 }
 
 void Forward::guess_experts(uint32_t next) {
@@ -85,7 +94,7 @@ void Forward::guess_experts(uint32_t next) {
   std::vector<float> xn(E), p(X);
   rms_norm(b_.x.data(), lw.ffn_norm.f32(), E, s_.norm_eps, xn.data());
   Context one{.kernels = ctx_.kernels};
-  matmul(one, lw.gate_inp, xn.data(), 1, p.data());
+  cpu::matmul(one, lw.gate_inp, xn.data(), 1, p.data());
   guess_.resize(X);
   std::iota(guess_.begin(), guess_.end(), 0);
   std::partial_sort(guess_.begin(), guess_.begin() + s_.n_expert_used, guess_.end(),
@@ -100,9 +109,9 @@ Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int6
   ensure(b_.k, n * kd);
   ensure(b_.v, n * vd);
   ensure(b_.attn, n * int64_t(s_.n_head) * hv);
-  const MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q.data()},
-                           {&lw.wk, b_.xn.data(), n, b_.k.data()},
-                           {&lw.wv, b_.xn.data(), n, b_.v.data()}};
+  const MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q.data(), one_row_},
+                           {&lw.wk, b_.xn.data(), n, b_.k.data(), one_row_},
+                           {&lw.wv, b_.xn.data(), n, b_.v.data(), one_row_}};
   matmul_many(ctx_, qkv);
   for (int64_t t = 0; t < n; ++t) {
     float* q = b_.q.data() + t * qd;
@@ -128,7 +137,7 @@ Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int6
                    .pos0 = kv.n_past,
                    .n_tok = n,
                    .scale = 1.0f / std::sqrt(float(hk))});
-  matmul(ctx_, lw.wo, b_.attn.data(), n, b_.proj.data());
+  matmul(lw.wo, b_.attn.data(), n, b_.proj.data());
   return {};
 }
 
@@ -136,18 +145,18 @@ void Forward::dense_ffn(const model::LayerWeights& lw, int64_t n) {
   const int64_t F = s_.n_ff;
   ensure(b_.gate, n * F);
   ensure(b_.up, n * F);
-  const MatmulJob gate_up[] = {{&lw.ffn_gate, b_.xn.data(), n, b_.gate.data()},
-                               {&lw.ffn_up, b_.xn.data(), n, b_.up.data()}};
+  const MatmulJob gate_up[] = {{&lw.ffn_gate, b_.xn.data(), n, b_.gate.data(), one_row_},
+                               {&lw.ffn_up, b_.xn.data(), n, b_.up.data(), one_row_}};
   matmul_many(ctx_, gate_up);
   swiglu(b_.gate.data(), b_.up.data(), n * F, b_.gate.data());
-  matmul(ctx_, lw.ffn_down, b_.gate.data(), n, b_.proj.data());
+  matmul(lw.ffn_down, b_.gate.data(), n, b_.proj.data());
 }
 
 Status Forward::moe_ffn(const model::LayerWeights& lw, uint32_t il, int64_t n) {
   const int64_t E = s_.n_embd, X = s_.n_expert, K = s_.n_expert_used;
   ensure(b_.router, n * X);
   ensure(b_.expert_out, n * K * E);
-  matmul(ctx_, lw.gate_inp, b_.xn.data(), n, b_.router.data());
+  matmul(lw.gate_inp, b_.xn.data(), n, b_.router.data());
 
   // Routing: softmax over all experts, the top K by probability, weights renormalized over the K.
   std::vector<int32_t> sel(n * K);

@@ -2,7 +2,9 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 
+#include "backend/cpu/exp_approx.h"
 #include "backend/cpu/kernels_impl.h"
 #include "diskformer/backend/cpu/kernels.h"
 
@@ -28,28 +30,44 @@ DF_AVX2 inline __m256i unpack_q4_0(const uint8_t* qs) {
   return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
 }
 
-DF_AVX2 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+// One 32-block of activations to codes (their sum in *sum where asked); returns the unrounded scale amax / 127.
+DF_AVX2 inline float quantize_block(const float* xb, int8_t* qs, int* sum = nullptr) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_loadu_ps(xb + 8 * j);
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  alignas(32) int32_t q[kQK];
+  for (int j = 0; j < 4; ++j) {
+    const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[j], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q + 8 * j), _mm256_cvtps_epi32(r));
+  }
+  int s = 0;
+  for (int i = 0; i < kQK; ++i) {
+    qs[i] = static_cast<int8_t>(q[i]);
+    s += q[i];
+  }
+  if (sum) *sum = s;
+  return amax / 127.0f;
+}
+
+DF_AVX2 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+  for (int64_t b = 0; b < n / kQK; ++b) y[b].d = f2h(quantize_block(x + b * kQK, y[b].qs));
+}
+
+DF_AVX2 void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b) {
-    const float* xb = x + b * kQK;
-    __m256 v[4];
-    __m256 m = _mm256_setzero_ps();
-    for (int j = 0; j < 4; ++j) {
-      v[j] = _mm256_loadu_ps(xb + 8 * j);
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    y[b].d = f2h(amax / 127.0f);
-    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-    alignas(32) int32_t q[kQK];
-    for (int j = 0; j < 4; ++j) {
-      const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[j], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q + 8 * j), _mm256_cvtps_epi32(r));
-    }
-    for (int i = 0; i < kQK; ++i) y[b].qs[i] = static_cast<int8_t>(q[i]);
+    int sum;
+    const float d = quantize_block(x + b * kQK, y[b].qs, &sum);
+    y[b].d = f2h(d);
+    y[b].s = f2h(d * float(sum));
   }
 }
 
@@ -91,6 +109,139 @@ DF_AVX2 float dot_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a) {
   }
   return hsum_lanes8(acc);
 }
+
+// 32 bytes of 0x00 / 0xff from the 32 bits of qh (little-endian): byte i is set where bit i is.
+DF_AVX2 inline __m256i bytes_from_bits(const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(int(h)), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ULL));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+DF_AVX2 inline __m256i nibbles_q4(const uint8_t* qs) {  // elements 0..31 as unsigned 0..15
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+}
+
+// Unsigned codes times signed activations: 8 int32 lanes (exact: codes below 128).
+DF_AVX2 inline __m256i dot_u8(__m256i u, __m256i a) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
+}
+
+DF_AVX2 float dot_q4_1_q8_1(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a) {
+  __m256 acc = _mm256_setzero_ps();
+  float sm = 0.0f;
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    sm = std::fma(h2f(w[b].m), h2f(a[b].s), sm);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)),
+                          _mm256_cvtepi32_ps(dot_u8(nibbles_q4(w[b].qs), q)), acc);
+  }
+  return hsum_lanes8(acc) + sm;
+}
+
+DF_AVX2 float dot_q5_0_q8_0(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    // code - 16 as a signed byte: the nibble with 0xf0 where the fifth bit is clear.
+    const __m256i x = _mm256_or_si256(nibbles_q4(w[b].qs),
+                                      _mm256_andnot_si256(bytes_from_bits(w[b].qh), _mm256_set1_epi8(char(0xf0))));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), _mm256_cvtepi32_ps(dot_i8(x, q)), acc);
+  }
+  return hsum_lanes8(acc);
+}
+
+DF_AVX2 float dot_q5_1_q8_1(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a) {
+  __m256 acc = _mm256_setzero_ps();
+  float sm = 0.0f;
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    sm = std::fma(h2f(w[b].m), h2f(a[b].s), sm);
+    const __m256i x = _mm256_or_si256(nibbles_q4(w[b].qs),
+                                      _mm256_and_si256(bytes_from_bits(w[b].qh), _mm256_set1_epi8(0x10)));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), _mm256_cvtepi32_ps(dot_u8(x, q)), acc);
+  }
+  return hsum_lanes8(acc) + sm;
+}
+
+DF_AVX2 inline __m256i values_iq4_nl(const uint8_t* qs) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+  return _mm256_shuffle_epi8(table, nibbles_q4(qs));
+}
+
+DF_AVX2 float dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
+  const int64_t nb = n / kQK;
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+    const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b + 1].qs));
+    even = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[b].d) * h2f(w[b].d)),
+                           _mm256_cvtepi32_ps(dot_i8(values_iq4_nl(w[b].qs), q0)), even);
+    odd = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[b + 1].d) * h2f(w[b + 1].d)),
+                          _mm256_cvtepi32_ps(dot_i8(values_iq4_nl(w[b + 1].qs), q1)), odd);
+  }
+  float sum = hsum_lanes8(_mm256_add_ps(even, odd));
+  if (b < nb) {
+    alignas(32) int32_t l[8];
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(l), dot_i8(values_iq4_nl(w[b].qs), q));
+    const int32_t isum = l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+    sum = std::fma(h2f(a[b].d) * h2f(w[b].d), float(isum), sum);
+  }
+  return sum;
+}
+
+DF_AVX2 inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// The exact sums of 8 consecutive blocks, one per lane: 8 lane vectors reduced together (integer adds, so any order
+// gives the same sums), which keeps the horizontal work off each block.
+DF_AVX2 inline __m256i block_sums8(const __m256i v[8]) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// Block b's signed weight bytes: Q4_0 codes less 8, or IQ4_NL table values.
+DF_AVX2 inline __m256i weight_bytes(const BlockQ4_0& x) { return unpack_q4_0(x.qs); }
+DF_AVX2 inline __m256i weight_bytes(const BlockIQ4_NL& x) { return values_iq4_nl(x.qs); }
+
+// s = fma(float(isum_b), d_w * d_a, s) block by block (kernels.h's interleaved order).
+template <typename Block>
+DF_AVX2 inline float x8_sum(int64_t n, const Block* w, const BlockQ8_0* a) {
+  const int64_t nb = n / kQK;
+  float s = 0.0f;
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    __m256i v[8];
+    for (int j = 0; j < 8; ++j)
+      v[j] = dot_i8(weight_bytes(w[b + j]), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b + j].qs)));
+    alignas(32) float isum[8];
+    _mm256_store_ps(isum, _mm256_cvtepi32_ps(block_sums8(v)));
+    for (int j = 0; j < 8; ++j) s = std::fma(isum[j], h2f(w[b + j].d) * h2f(a[b + j].d), s);
+  }
+  for (; b < nb; ++b) {
+    const __m256i v = dot_i8(weight_bytes(w[b]), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs)));
+    s = std::fma(float(hsum_i32(v)), h2f(w[b].d) * h2f(a[b].d), s);
+  }
+  return s;
+}
+
+DF_AVX2 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) { return x8_sum(n, w, a); }
+
+DF_AVX2 void dot4_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
+  for (int t = 0; t < 4; ++t) out[t] = x8_sum(n, w, a[t]);
+}
+
+DF_AVX2 float dot_iq4_nl_q8_0_x8(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) { return x8_sum(n, w, a); }
 
 DF_AVX2 void dot4_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -142,6 +293,69 @@ DF_AVX2 float dot_f16(int64_t n, const uint16_t* w, const uint16_t* a) { DF_LANE
 DF_AVX2 float dot_bf16(int64_t n, const uint16_t* w, const uint16_t* a) { DF_LANES8_DOT(load_bf16x8, bf16_to_f32); }
 DF_AVX2 float dot_f32(int64_t n, const float* w, const float* a) { DF_LANES8_DOT(_mm256_loadu_ps, id_f32); }
 
+// The whole 32-element steps of dot_f32_single's order (kernels.h), vectors loaded by LOAD8.
+#define DF_SINGLE_STEPS(LOAD8)                                                                    \
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+  const int64_t whole = n / 32 * 32;                                                              \
+  for (int64_t i = 0; i < whole; i += 32)                                                         \
+    for (int j = 0; j < 4; ++j)                                                                   \
+      acc[j] = _mm256_fmadd_ps(LOAD8(w + i + 8 * j), LOAD8(a + i + 8 * j), acc[j]);               \
+  alignas(32) float l[8];                                                                         \
+  _mm256_store_ps(l, _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]))); \
+  const float steps = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
+
+DF_AVX2 float dot_f32_single(int64_t n, const float* w, const float* a) {
+  DF_SINGLE_STEPS(_mm256_loadu_ps);
+  float sum = steps;
+  for (int64_t i = whole; i < n; ++i) sum += w[i] * a[i];
+  return sum;
+}
+
+DF_AVX2 float dot_f16_single(int64_t n, const uint16_t* w, const uint16_t* a) {
+  DF_SINGLE_STEPS(load_f16x8);
+  double sum = steps;
+  for (int64_t i = whole; i < n; ++i) sum += double(h2f(w[i]) * h2f(a[i]));
+  return float(sum);
+}
+
+// exp_approx_f32 on 8 lanes, step for step.
+DF_AVX2 inline __m256 exp_approx8(__m256 x) {
+  using namespace exp_approx;
+  const __m256 shift = _mm256_set1_ps(kShift);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(kInvLn2), shift);
+  const __m256 n = _mm256_sub_ps(z, shift);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x));
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+  const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(kP4), b, _mm256_set1_ps(kP3)), u,
+                      _mm256_fmadd_ps(_mm256_set1_ps(kP2), b, _mm256_set1_ps(kP1))),
+      u, _mm256_mul_ps(_mm256_set1_ps(kP0), b));
+  const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+  const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+  const __m256 normal = _mm256_fmadd_ps(j, k, k);
+  if (!_mm256_movemask_ps(big)) return normal;
+  const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                     _mm256_set1_epi32(int(0x82000000u)));
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+  const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+  const __m256 scaled = _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1);
+  return _mm256_blendv_ps(_mm256_blendv_ps(normal, scaled, big), _mm256_mul_ps(s1, s1), huge);
+}
+
+DF_AVX2 void swiglu(int64_t n, const float* gate, const float* up, float* y) {
+  const int64_t whole = n / 8 * 8;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t i = 0; i < whole; i += 8) {
+    const __m256 x = _mm256_loadu_ps(gate + i);
+    const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, exp_approx8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+  for (int64_t i = whole; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 DF_AVX2 void mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
   const __m256 vv = _mm256_set1_ps(v);
   int64_t i = 0;
@@ -170,15 +384,35 @@ const Kernels* avx2_kernels() {
   static const Kernels k{
       .name = "avx2",
       .quantize_q8_0 = quantize_q8_0,
+      .quantize_q8_1 = quantize_q8_1,
+      .quantize_q8_k = avx2::quantize_q8_k,
       .to_f16 = to_f16,
       .to_bf16 = to_bf16,
       .dot_q4_0_q8_0 = dot_q4_0_q8_0,
       .dot_q8_0_q8_0 = dot_q8_0_q8_0,
+      .dot_q4_1_q8_1 = dot_q4_1_q8_1,
+      .dot_q5_0_q8_0 = dot_q5_0_q8_0,
+      .dot_q5_1_q8_1 = dot_q5_1_q8_1,
+      .dot_iq4_nl_q8_0 = dot_iq4_nl_q8_0,
+      .dot_q2_k_q8_k = avx2::dot_q2_k_q8_k,
+      .dot_q3_k_q8_k = avx2::dot_q3_k_q8_k,
+      .dot_q4_k_q8_k = avx2::dot_q4_k_q8_k,
+      .dot_q5_k_q8_k = avx2::dot_q5_k_q8_k,
+      .dot_q6_k_q8_k = avx2::dot_q6_k_q8_k,
+      .dot_iq4_xs_q8_k = avx2::dot_iq4_xs_q8_k,
       .dot4_q4_0_q8_0 = dot4_q4_0_q8_0,
       .dot4_q8_0_q8_0 = dot4_q8_0_q8_0,
       .dot_f16 = dot_f16,
       .dot_bf16 = dot_bf16,
       .dot_f32 = dot_f32,
+      .dot_f32_single = dot_f32_single,
+      .dot_f16_single = dot_f16_single,
+      .dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8,
+      .dot4_q4_0_q8_0_x8 = dot4_q4_0_q8_0_x8,
+      .dot_iq4_nl_q8_0_x8 = dot_iq4_nl_q8_0_x8,
+      .dot_q4_k_q8_k_x8 = avx2::dot_q4_k_q8_k_x8,
+      .dot4_q4_k_q8_k_x8 = avx2::dot4_q4_k_q8_k_x8,
+      .swiglu = swiglu,
       .mad_f16 = mad_f16,
       .scale_f16 = scale_f16,
   };

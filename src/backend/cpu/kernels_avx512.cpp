@@ -1,7 +1,9 @@
-// AVX-512 VNNI versions of the quantized dot products (two blocks per 512-bit step, integer lanes from vpdpbusd);
-// every other kernel is the AVX2 table's. The float accumulation stays 8 lanes, block after block (kernels.h), so
+// AVX-512 VNNI versions of the quantized dot products (two blocks per 512-bit step, integer lanes from vpdpbusd; the
+// K-quants in kernels_kquant_avx512.cpp); every other kernel is the AVX2 table's. The float accumulation stays 8 lanes, block after block (kernels.h), so
 // results are bit-identical to scalar_kernels().
 #include <immintrin.h>
+
+#include <cmath>
 
 #include "backend/cpu/kernels_impl.h"
 #include "diskformer/backend/cpu/kernels.h"
@@ -95,6 +97,51 @@ DF_AVX512 void dot4_q4_0_q8_0(int64_t n, const BlockQ4_0* w, const BlockQ8_0* co
   for (int t = 0; t < 4; ++t) out[t] = sum_lanes(acc[t]);
 }
 
+DF_AVX512 inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// The exact sums of 8 consecutive blocks, one per lane (integer adds: any order gives the same sums).
+DF_AVX512 inline __m256i block_sums8(const __m256i v[8]) {
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+// The interleaved-matrix order: one exact sum per block, s = fma(float(isum), d_w * d_a, s) block by block
+// (kernels.h); two blocks per vpdpbusd, the sums of 8 blocks reduced together.
+DF_AVX512 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
+  const int64_t nb = n / kQK;
+  const __m512i bias = _mm512_set1_epi8(8);
+  float s = 0.0f;
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    __m256i v[8];
+    for (int j = 0; j < 8; j += 2) {
+      const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles_q4_0(w[b + j].qs)), nibbles_q4_0(w[b + j + 1].qs), 1);
+      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(load32(a[b + j].qs)), load32(a[b + j + 1].qs), 1);
+      const __m512i l = lanes_u8(u, q, bias);
+      v[j] = _mm512_castsi512_si256(l);
+      v[j + 1] = _mm512_extracti64x4_epi64(l, 1);
+    }
+    alignas(32) float isum[8];
+    _mm256_store_ps(isum, _mm256_cvtepi32_ps(block_sums8(v)));
+    for (int j = 0; j < 8; ++j) s = std::fma(isum[j], h2f(w[b + j].d) * h2f(a[b + j].d), s);
+  }
+  for (; b < nb; ++b) {
+    const int32_t isum = hsum_i32(lanes_u8(nibbles_q4_0(w[b].qs), load32(a[b].qs), _mm256_set1_epi8(8)));
+    s = std::fma(float(isum), h2f(w[b].d) * h2f(a[b].d), s);
+  }
+  return s;
+}
+
+DF_AVX512 void dot4_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
+  for (int t = 0; t < 4; ++t) out[t] = dot_q4_0_q8_0_x8(n, w, a[t]);
+}
+
 DF_AVX512 void dot4_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* const a[4], float out[4]) {
   const __m256i flip = _mm256_set1_epi8(char(0x80));
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -123,6 +170,16 @@ const Kernels* avx512_kernels() {
     k.dot_q8_0_q8_0 = dot_q8_0_q8_0;
     k.dot4_q4_0_q8_0 = dot4_q4_0_q8_0;
     k.dot4_q8_0_q8_0 = dot4_q8_0_q8_0;
+    k.dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8;
+    k.dot4_q4_0_q8_0_x8 = dot4_q4_0_q8_0_x8;
+    k.dot_q2_k_q8_k = avx512::dot_q2_k_q8_k;
+    k.dot_q3_k_q8_k = avx512::dot_q3_k_q8_k;
+    k.dot_q4_k_q8_k = avx512::dot_q4_k_q8_k;
+    k.dot_q4_k_q8_k_x8 = avx512::dot_q4_k_q8_k_x8;
+    k.dot4_q4_k_q8_k_x8 = avx512::dot4_q4_k_q8_k_x8;
+    k.dot_q5_k_q8_k = avx512::dot_q5_k_q8_k;
+    k.dot_q6_k_q8_k = avx512::dot_q6_k_q8_k;
+    k.dot_iq4_xs_q8_k = avx512::dot_iq4_xs_q8_k;
     return &k;
   }();
   return table;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/exp_approx.h"
+#include "backend/cpu/kernels_impl.h"
+#include "diskformer/backend/cpu/dequant.h"
 #include "diskformer/util/check.h"
 
 namespace df::cpu {
@@ -19,39 +22,96 @@ void Context::parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn) 
 
 namespace {
 
-// Bytes of one activation row converted for weights of type t.
-uint64_t act_row_bytes(GgmlType t, int64_t cols) {
+// The activation format llama.cpp's CPU backend pairs with each weight type (its vec_dot_type): Q8_0 for the
+// 32-blocks with one scale, Q8_1 (with block sums) for those with an offset, Q8_K for the 256-blocks, f16 / bf16 for
+// the half types, f32 otherwise.
+enum class ActFormat { kF32, kF16, kBF16, kQ8_0, kQ8_1, kQ8_K };
+
+ActFormat act_format(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0:
-    case GgmlType::Q8_0: return uint64_t(cols / kQK) * sizeof(BlockQ8_0);
-    case GgmlType::F16:
-    case GgmlType::BF16: return uint64_t(cols) * 2;
-    default: return uint64_t(cols) * 4;
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+    case GgmlType::IQ4_NL: return ActFormat::kQ8_0;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1: return ActFormat::kQ8_1;
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS: return ActFormat::kQ8_K;
+    case GgmlType::F16: return ActFormat::kF16;
+    case GgmlType::BF16: return ActFormat::kBF16;
+    default: return ActFormat::kF32;
   }
+}
+
+// Bytes of one activation row converted for weights of type t.
+uint64_t act_row_bytes(GgmlType t, int64_t cols) {
+  switch (act_format(t)) {
+    case ActFormat::kQ8_0: return uint64_t(cols / kQK) * sizeof(BlockQ8_0);
+    case ActFormat::kQ8_1: return uint64_t(cols / kQK) * sizeof(BlockQ8_1);
+    case ActFormat::kQ8_K: return uint64_t(cols / kQK_K) * sizeof(BlockQ8_K);
+    case ActFormat::kF16:
+    case ActFormat::kBF16: return uint64_t(cols) * 2;
+    case ActFormat::kF32: break;
+  }
+  return uint64_t(cols) * 4;
 }
 
 void convert_act(const Kernels& k, GgmlType t, const float* x, int64_t cols, uint8_t* dst) {
-  switch (t) {
-    case GgmlType::Q4_0:
-    case GgmlType::Q8_0: k.quantize_q8_0(x, reinterpret_cast<BlockQ8_0*>(dst), cols); break;
-    case GgmlType::F16: k.to_f16(x, reinterpret_cast<uint16_t*>(dst), cols); break;
-    case GgmlType::BF16: k.to_bf16(x, reinterpret_cast<uint16_t*>(dst), cols); break;
-    default: std::copy(x, x + cols, reinterpret_cast<float*>(dst)); break;
+  switch (act_format(t)) {
+    case ActFormat::kQ8_0: k.quantize_q8_0(x, reinterpret_cast<BlockQ8_0*>(dst), cols); break;
+    case ActFormat::kQ8_1: k.quantize_q8_1(x, reinterpret_cast<BlockQ8_1*>(dst), cols); break;
+    case ActFormat::kQ8_K: k.quantize_q8_k(x, reinterpret_cast<BlockQ8_K*>(dst), cols); break;
+    case ActFormat::kF16: k.to_f16(x, reinterpret_cast<uint16_t*>(dst), cols); break;
+    case ActFormat::kBF16: k.to_bf16(x, reinterpret_cast<uint16_t*>(dst), cols); break;
+    case ActFormat::kF32: std::copy(x, x + cols, reinterpret_cast<float*>(dst)); break;
   }
 }
 
-float dot_row(const Kernels& k, GgmlType t, int64_t n, const uint8_t* w, const uint8_t* a) {
+template <typename W, typename A>
+float dot_as(float (*dot)(int64_t, const W*, const A*), int64_t n, const uint8_t* w, const uint8_t* a) {
+  return dot(n, reinterpret_cast<const W*>(w), reinterpret_cast<const A*>(a));
+}
+
+// How llama.cpp's x86 CPU backend orders a product (kernels.h): Q4_0, IQ4_NL and Q4_K matrices whose row count
+// is a multiple of 8 go through its 8-row interleaved kernels (Q4_K: a batched order for groups of four
+// activation rows, the rest row by row); f32 and f16 products with several activation rows through tinyBLAS where
+// its tiles fit (columns a multiple of 8, rows of 4), otherwise its one-row vector routine.
+struct DotOrder {
+  bool x8 = false;
+  bool single = false;
+  int64_t grouped = 0;  // activation rows [0, grouped) go four at a time in the batched Q4_K order
+};
+
+DotOrder dot_order(const MatmulJob& jb) {
+  const model::Mat& w = *jb.w;
+  const bool interleavable = w.type == GgmlType::Q4_0 || w.type == GgmlType::IQ4_NL || w.type == GgmlType::Q4_K;
+  const bool tiles = w.cols % 8 == 0 && w.rows % 4 == 0;
+  DotOrder o{.x8 = interleavable && w.rows % 8 == 0, .single = jb.per_row || jb.n_tok == 1 || !tiles};
+  if (o.x8 && w.type == GgmlType::Q4_K && !jb.per_row && jb.n_tok >= 4) o.grouped = jb.n_tok - jb.n_tok % 4;
+  return o;
+}
+
+float dot_row(const Kernels& k, GgmlType t, DotOrder o, int64_t n, const uint8_t* w, const uint8_t* a) {
   switch (t) {
-    case GgmlType::Q4_0:
-      return k.dot_q4_0_q8_0(n, reinterpret_cast<const BlockQ4_0*>(w), reinterpret_cast<const BlockQ8_0*>(a));
-    case GgmlType::Q8_0:
-      return k.dot_q8_0_q8_0(n, reinterpret_cast<const BlockQ8_0*>(w), reinterpret_cast<const BlockQ8_0*>(a));
-    case GgmlType::F16:
-      return k.dot_f16(n, reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(a));
-    case GgmlType::BF16:
-      return k.dot_bf16(n, reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(a));
-    default:
-      return k.dot_f32(n, reinterpret_cast<const float*>(w), reinterpret_cast<const float*>(a));
+    case GgmlType::Q4_0: return dot_as(o.x8 ? k.dot_q4_0_q8_0_x8 : k.dot_q4_0_q8_0, n, w, a);
+    case GgmlType::Q8_0: return dot_as(k.dot_q8_0_q8_0, n, w, a);
+    case GgmlType::Q4_1: return dot_as(k.dot_q4_1_q8_1, n, w, a);
+    case GgmlType::Q5_0: return dot_as(k.dot_q5_0_q8_0, n, w, a);
+    case GgmlType::Q5_1: return dot_as(k.dot_q5_1_q8_1, n, w, a);
+    case GgmlType::IQ4_NL: return dot_as(o.x8 ? k.dot_iq4_nl_q8_0_x8 : k.dot_iq4_nl_q8_0, n, w, a);
+    case GgmlType::Q2_K: return dot_as(k.dot_q2_k_q8_k, n, w, a);
+    case GgmlType::Q3_K: return dot_as(k.dot_q3_k_q8_k, n, w, a);
+    case GgmlType::Q4_K: return dot_as(o.x8 ? k.dot_q4_k_q8_k_x8 : k.dot_q4_k_q8_k, n, w, a);
+    case GgmlType::Q5_K: return dot_as(k.dot_q5_k_q8_k, n, w, a);
+    case GgmlType::Q6_K: return dot_as(k.dot_q6_k_q8_k, n, w, a);
+    case GgmlType::IQ4_XS: return dot_as(k.dot_iq4_xs_q8_k, n, w, a);
+    case GgmlType::F16: return dot_as(o.single ? k.dot_f16_single : k.dot_f16, n, w, a);
+    case GgmlType::BF16: return dot_as(k.dot_bf16, n, w, a);
+    default: return dot_as(o.single ? k.dot_f32_single : k.dot_f32, n, w, a);
   }
 }
 
@@ -96,23 +156,33 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     const uint64_t arb = act_row_bytes(w.type, w.cols);
     const uint8_t* act = ctx.act.data() + act_off[ji];
     const int64_t r1 = std::min(w.rows, r0 + chunk);
-    const bool q4 = w.type == GgmlType::Q4_0, q8 = w.type == GgmlType::Q8_0;
+    const DotOrder order = dot_order(jb);
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* wr = w.row(r);
       int64_t t = 0;
-      if (q4 || q8)
+      for (; t < order.grouped; t += 4) {
+        const BlockQ8_K* a4[4];
+        for (int i = 0; i < 4; ++i) a4[i] = reinterpret_cast<const BlockQ8_K*>(act + (t + i) * arb);
+        float out[4];
+        k.dot4_q4_k_q8_k_x8(w.cols, reinterpret_cast<const BlockQ4_K*>(wr), a4, out);
+        for (int i = 0; i < 4; ++i) jb.y[(t + i) * w.rows + r] = out[i];
+      }
+      // Four activation rows against one unpacked weight row (equal to four dot_row calls).
+      if (w.type == GgmlType::Q4_0 || w.type == GgmlType::Q8_0)
         for (; t + 4 <= jb.n_tok; t += 4) {
           const BlockQ8_0* a4[4];
           for (int i = 0; i < 4; ++i) a4[i] = reinterpret_cast<const BlockQ8_0*>(act + (t + i) * arb);
           float out[4];
-          if (q4) {
-            k.dot4_q4_0_q8_0(w.cols, reinterpret_cast<const BlockQ4_0*>(wr), a4, out);
-          } else {
+          if (w.type == GgmlType::Q8_0) {
             k.dot4_q8_0_q8_0(w.cols, reinterpret_cast<const BlockQ8_0*>(wr), a4, out);
+          } else if (order.x8) {
+            k.dot4_q4_0_q8_0_x8(w.cols, reinterpret_cast<const BlockQ4_0*>(wr), a4, out);
+          } else {
+            k.dot4_q4_0_q8_0(w.cols, reinterpret_cast<const BlockQ4_0*>(wr), a4, out);
           }
           for (int i = 0; i < 4; ++i) jb.y[(t + i) * w.rows + r] = out[i];
         }
-      for (; t < jb.n_tok; ++t) jb.y[t * w.rows + r] = dot_row(k, w.type, w.cols, wr, act + t * arb);
+      for (; t < jb.n_tok; ++t) jb.y[t * w.rows + r] = dot_row(k, w.type, order, w.cols, wr, act + t * arb);
     }
   });
 }
@@ -141,58 +211,31 @@ void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float bas
     for (int i = 0; i < n_rot / 2; ++i) {
       const int a = style == model::RopeStyle::kNormal ? 2 * i : i;
       const int b = style == model::RopeStyle::kNormal ? 2 * i + 1 : i + n_rot / 2;
+      // llama.cpp's build fuses the first product of each expression with the sum (GCC contracts a * b - c * d
+      // to fma(a, b, -(c * d))).
       const float x0 = xh[a], x1 = xh[b];
-      xh[a] = x0 * cs[i] - x1 * sn[i];
-      xh[b] = x0 * sn[i] + x1 * cs[i];
+      xh[a] = std::fma(x0, cs[i], -(x1 * sn[i]));
+      xh[b] = std::fma(x0, sn[i], x1 * cs[i]);
     }
   }
 }
 
-void get_row(const model::Mat& w, int64_t row, float* out) {
-  const uint8_t* r = w.row(row);
-  switch (w.type) {
-    case GgmlType::Q4_0: {
-      auto* b = reinterpret_cast<const BlockQ4_0*>(r);
-      for (int64_t j = 0; j < w.cols / kQK; ++j) {
-        const float d = f16_to_f32(b[j].d);
-        for (int i = 0; i < 16; ++i) {
-          out[j * kQK + i] = float(int(b[j].qs[i] & 0x0f) - 8) * d;
-          out[j * kQK + i + 16] = float(int(b[j].qs[i] >> 4) - 8) * d;
-        }
-      }
-      break;
-    }
-    case GgmlType::Q8_0: {
-      auto* b = reinterpret_cast<const BlockQ8_0*>(r);
-      for (int64_t j = 0; j < w.cols / kQK; ++j) {
-        const float d = f16_to_f32(b[j].d);
-        for (int i = 0; i < kQK; ++i) out[j * kQK + i] = float(b[j].qs[i]) * d;
-      }
-      break;
-    }
-    case GgmlType::F16: {
-      auto* h = reinterpret_cast<const uint16_t*>(r);
-      for (int64_t i = 0; i < w.cols; ++i) out[i] = f16_to_f32(h[i]);
-      break;
-    }
-    case GgmlType::BF16: {
-      auto* h = reinterpret_cast<const uint16_t*>(r);
-      for (int64_t i = 0; i < w.cols; ++i) out[i] = bf16_to_f32(h[i]);
-      break;
-    }
-    default: std::copy_n(reinterpret_cast<const float*>(r), w.cols, out); break;
-  }
-}
+void get_row(const model::Mat& w, int64_t row, float* out) { dequantize_row(w.type, w.row(row), w.cols, out); }
 
-void swiglu(const float* gate, const float* up, int64_t n, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-}
+void swiglu(const float* gate, const float* up, int64_t n, float* y) { best_kernels().swiglu(n, gate, up, y); }
 
 void softmax(float* x, int64_t n) {
   float mx = -INFINITY;
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  // As ggml's SIMD softmax: 8-element steps with its exponential, each step summed in float, the steps and the
+  // tail (libm's expf) in double; then one multiply by the rounded reciprocal.
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
+  const int64_t whole = n / 8 * 8;
+  for (int64_t i = 0; i < whole; i += 8) {
+    for (int64_t j = i; j < i + 8; ++j) x[j] = exp_approx_f32(x[j] - mx);
+    sum += double(lanes8_sum(x + i));
+  }
+  for (int64_t i = whole; i < n; ++i) {
     x[i] = std::exp(x[i] - mx);
     sum += double(x[i]);
   }
@@ -214,7 +257,7 @@ void attention(Context& ctx, const AttentionArgs& a) {
     float m = -INFINITY, s_sum = 0.0f;
     const int64_t last = a.pos0 + t;  // causal: keys 0..last
     for (int64_t j = 0; j <= last; ++j) {
-      const float s = k.dot_f16(a.head_dim_k, a.k + j * kv_k + int64_t(g) * a.head_dim_k, q16) * a.scale;
+      const float s = k.dot_f16_single(a.head_dim_k, a.k + j * kv_k + int64_t(g) * a.head_dim_k, q16) * a.scale;
       float ms = 1.0f, vs = 1.0f;
       if (s > m) {
         const float m_old = m;
@@ -225,7 +268,7 @@ void attention(Context& ctx, const AttentionArgs& a) {
         vs = std::exp(s - m);
       }
       k.mad_f16(a.head_dim_v, acc16, a.v + j * kv_v + int64_t(g) * a.head_dim_v, vs);
-      s_sum = s_sum * ms + vs;
+      s_sum = std::fma(s_sum, ms, vs);  // fused, as llama.cpp's build computes S * ms + vs
     }
     float* out = a.out + (t * a.n_head + h) * a.head_dim_v;
     const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;

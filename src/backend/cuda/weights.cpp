@@ -108,13 +108,18 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
     if (g->experts_resident_)
       add(lt.gate_exps, &l.gate_exps, true), add(lt.up_exps, &l.up_exps, true), add(lt.down_exps, &l.down_exps, true);
   }
-  // Every type checked before a byte is read.
+  // Every type checked before a byte is read, the streamed experts' too (the kernels read them from the GPU tier).
+  if (!g->experts_resident_)
+    for (const model::LayerTensors& lt : t.layers)
+      for (const gguf::TensorInfo* e : {lt.gate_exps, lt.up_exps, lt.down_exps})
+        if (e) list.push_back({e, nullptr, 0, true});
   for (const Upload& u : list) {
     if (u.matrix && !matmul_type_supported(u.t->type))
       return Error{u.t->name + ": weight type " + std::string(gguf::type_name(u.t->type)) +
                    " has no CUDA kernel (f32, f16, bf16, q8_0, q4_0 do)"};
     if (!u.matrix && u.t->type != gguf::GgmlType::F32) return Error{u.t->name + ": norm weights must be f32"};
   }
+  std::erase_if(list, [](const Upload& u) { return u.view == nullptr; });
   uint64_t device = 0, host = 0;
   for (Upload& u : list) {
     if (embd_on_host && u.t == t.token_embd) {

@@ -1,6 +1,7 @@
 // Routed experts on the CPU: each expert runs once over the rows routed to it, the gate and up products of every
 // expert of a request as one parallel job and their down products as another, so that small matrices do not each
-// pay for waking the pool. The CPU forward's MoE layers and a GPU run's CPU share of decode both compute with it.
+// pay for waking the pool. Each expert takes its rows one at a time in llama.cpp's one-row orders, as its
+// mul_mat_id does. The CPU forward's MoE layers and a GPU run's CPU share of decode both compute with it.
 #pragma once
 
 #include <cstdint>

@@ -74,6 +74,8 @@ class Forward {
   Status moe_ffn(const model::LayerWeights& lw, uint32_t il, int64_t n);
   // The next layer's experts as its router would pick them from the current residual (decode, streamed experts).
   void guess_experts(uint32_t next);
+  // A product of the batch in llama.cpp's order for it (one_row_: in its one-row orders).
+  void matmul(const model::Mat& w, const float* x, int64_t n, float* y);
 
   const model::ModelSpec& s_;
   const ForwardWeights& w_;
@@ -84,6 +86,11 @@ class Forward {
   cache::Pins layer_pin_;  // the streamed dense layer being computed
   std::vector<int32_t> guess_;  // the next layer's guessed experts (empty: none)
   model::MoeSchedule schedule_;
+  // llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not
+  // reproduced here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal
+  // its batched results wherever the two agree (the gold files' stable cases).
+  static constexpr int64_t kTiledAttentionRows = 64;
+  bool one_row_ = false;
 };
 
 }  // namespace df::cpu

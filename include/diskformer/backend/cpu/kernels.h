@@ -1,12 +1,33 @@
 // The CPU backend's inner loops, one table per instruction set, chosen once at run time.
 //
 // Every kernel fixes its arithmetic order so that the SIMD tables give bit-identical results to scalar_kernels()
-// (tests/cpu checks this), and a model's output does not depend on the machine:
+// (tests/cpu checks this), and a model's output does not depend on the machine. The orders are those of llama.cpp's
+// CPU backend built for AVX2 on x86 (its vec_dot, tinyBLAS and interleaved-matrix kernels), so that a product here
+// equals llama.cpp's bit for bit:
 //   - float dot products (f32, f16, bf16): 8 lanes, lane k accumulates elements i with i % 8 == k in index order
-//     with fused multiply-adds; the lanes are summed as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7));
+//     with fused multiply-adds; the lanes are summed as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) (tinyBLAS, which
+//     llama.cpp uses for f32/f16 products of several activation rows). The _single orders are its vector routines
+//     for one row (ggml_vec_dot_f32/f16): 4 sets of 8 lanes over 32-element steps (set j: elements 32i + 8j + k),
+//     added (s0+s2)+(s1+s3) lane by lane, summed ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)); the elements past the last
+//     whole step are then added one by one (f32: s + w * a, rounded twice; f16: in double);
 //   - quantized dot products: per 32-block, 8 exact integer lanes (lane j: elements 4j .. 4j+3), each accumulated as
 //     l[j] = fma(d_w * d_a, float(lane), l[j]) block by block, the lanes then summed as above (ggml's x86 order);
-//   - Q8_0 quantization: d = amax / 127, q = round-half-even(x * (127 / amax)), d stored as f16 (ggml's x86 code).
+//     Q5_0 exactly so; IQ4_NL keeps even and odd blocks in two lane sets, added lane by lane at the end, an odd last
+//     block joining as s = fma(d, float(isum), s); Q4_1 and Q5_1 add their offsets apart, s_m = fma(m_w, s_a, s_m)
+//     block by block, returning lanes + s_m;
+//   - K-quant and IQ4_XS dot products: per 256-block, 8 exact integer lanes (lane k: elements e with e % 32 in
+//     4k .. 4k+3, each product times its sub-block scale), then l[k] = fma(d_w * d_a, float(lane k), l[k]); the
+//     mins of Q2_K enter first as lanes of their own (lane k: sub-blocks 2k, 2k+1), Q6_K's -32 offset is a lane
+//     term of sub-blocks 2k, 2k+1 as well; Q4_K keeps its mins in 4 float lanes (lane k: sub-blocks 2k, 2k+1),
+//     summed (m0+m2)+(m1+m3) and added to the 8-lane sum; Q5_K keeps them in one float, s_m = fma(-d_a * dmin_w,
+//     float(min sum), s_m), added likewise;
+//   - the _x8 dot products are the orders of llama.cpp's kernels for matrices it interleaves 8 rows at a time
+//     (Q4_0, IQ4_NL and Q4_K weights whose row count is a multiple of 8): one exact integer sum per block (Q4_K:
+//     per 256-block, its scales and its mins apart), s = fma(float(isum), d_w * d_a, s) block by block (Q4_K: the
+//     mins likewise with dmin_w, s - s_m at the end);
+//   - Q8_0 quantization: d = amax / 127, q = round-half-even(x * (127 / amax)), d stored as f16 (ggml's x86 code);
+//     Q8_1 the same plus s = f16(d * sum(q)); Q8_K (256 values): with max the first value of largest magnitude,
+//     q = min(127, round-half-even(x * (-127 / max))), d = 1 / (-127 / max) in f32, bsums the 16-value sums.
 #pragma once
 
 #include <cstdint>
@@ -18,14 +39,27 @@ namespace df::cpu {
 struct Kernels {
   const char* name;  // "scalar", "avx2", "avx512"
 
-  // Activation conversions, n elements (n % 32 == 0 for quantize_q8_0).
+  // Activation conversions, n elements (n % 32 == 0 for quantize_q8_0 and quantize_q8_1, n % 256 for q8_k).
   void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
+  void (*quantize_q8_1)(const float* x, BlockQ8_1* y, int64_t n);
+  void (*quantize_q8_k)(const float* x, BlockQ8_K* y, int64_t n);
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
 
   // Dot products of n elements (n % 32 == 0 for the quantized ones).
   float (*dot_q4_0_q8_0)(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a);
   float (*dot_q8_0_q8_0)(int64_t n, const BlockQ8_0* w, const BlockQ8_0* a);
+  float (*dot_q4_1_q8_1)(int64_t n, const BlockQ4_1* w, const BlockQ8_1* a);
+  float (*dot_q5_0_q8_0)(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a);
+  float (*dot_q5_1_q8_1)(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a);
+  float (*dot_iq4_nl_q8_0)(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
+  // n % 256 == 0.
+  float (*dot_q2_k_q8_k)(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);
+  float (*dot_q3_k_q8_k)(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a);
+  float (*dot_q4_k_q8_k)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
+  float (*dot_q5_k_q8_k)(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
+  float (*dot_q6_k_q8_k)(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
+  float (*dot_iq4_xs_q8_k)(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
   // One weight row against four activation rows (prefill): out[t] equals dot(n, w, a[t]) bit for bit, the weight
   // row being unpacked once.
   void (*dot4_q4_0_q8_0)(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]);
@@ -33,6 +67,22 @@ struct Kernels {
   float (*dot_f16)(int64_t n, const uint16_t* w, const uint16_t* a);
   float (*dot_bf16)(int64_t n, const uint16_t* w, const uint16_t* a);
   float (*dot_f32)(int64_t n, const float* w, const float* a);
+  float (*dot_f32_single)(int64_t n, const float* w, const float* a);
+  // dot_f32_single's order on halves (ggml_vec_dot_f16), its tail summed in double: attention's scores, and f16
+  // products with one activation row.
+  float (*dot_f16_single)(int64_t n, const uint16_t* w, const uint16_t* a);
+  // The interleaved-matrix orders (above); dot4 as for dot4_q4_0_q8_0.
+  float (*dot_q4_0_q8_0_x8)(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a);
+  void (*dot4_q4_0_q8_0_x8)(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]);
+  float (*dot_iq4_nl_q8_0_x8)(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
+  float (*dot_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
+  // Four activation rows against one Q4_K row in the order of llama.cpp's batched 8-row kernel (gemm): as the x8
+  // order, but one fused multiply-add per 64 elements (two sub-blocks) instead of per 256.
+  void (*dot4_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]);
+
+  // y[i] = silu(gate[i]) * up[i] over one row of n: as llama.cpp's SIMD SwiGLU, 8-element steps take the
+  // exponential of exp_approx.h, the last n % 8 elements libm's expf.
+  void (*swiglu)(int64_t n, const float* gate, const float* up, float* y);
 
   // Half-precision accumulators of attention: y[i] = f16(fma(x[i], v, y[i])) and y[i] = f16(y[i] * v).
   void (*mad_f16)(int64_t n, uint16_t* y, const uint16_t* x, float v);

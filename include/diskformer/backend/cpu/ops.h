@@ -1,5 +1,6 @@
 // Named operations of the forward pass on the CPU: each converts activations the way llama.cpp's CPU backend does
-// (Q8_0 for Q4_0/Q8_0 weights, f16 for f16 weights, bf16 for bf16 weights) and splits the work over the pool.
+// (Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants and IQ4_XS, f16 for f16
+// weights, bf16 for bf16 weights) and splits the work over the pool.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,9 @@ struct MatmulJob {
   const float* x = nullptr;  // [n_tok][w->cols]
   int64_t n_tok = 0;
   float* y = nullptr;        // [n_tok][w->rows]
+  // Each activation row multiplied on its own, in llama.cpp's one-row orders whatever n_tok is: its mul_mat_id
+  // (routed experts) takes the tokens of an expert one at a time.
+  bool per_row = false;
 };
 void matmul_many(Context& ctx, std::span<const MatmulJob> jobs);
 
@@ -44,15 +48,16 @@ void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float bas
 // Row `row` of an embedding table, dequantized to floats ([w.cols]).
 void get_row(const model::Mat& w, int64_t row, float* out);
 
-// y[i] = silu(gate[i]) * up[i]
+// y[i] = silu(gate[i]) * up[i], n a whole number of rows whose length is a multiple of 8 (Kernels::swiglu).
 void swiglu(const float* gate, const float* up, int64_t n, float* y);
 
-// In-place softmax over n values (sum in double, as ggml's soft_max).
+// In-place softmax over n values, as ggml's soft_max computes it (its vector exponential, sums in double).
 void softmax(float* x, int64_t n);
 
 // Causal attention of n_tok queries at positions pos0 .. pos0 + n_tok - 1 over an f16 cache holding positions
-// 0 .. pos0 + n_tok - 1. Follows ggml's CPU flash attention: q rounded to f16, scores in f32, online softmax with
-// the value accumulator kept in f16.
+// 0 .. pos0 + n_tok - 1. Follows ggml's CPU flash attention for one query row at a time: q rounded to f16, scores
+// in f32 (Kernels::dot_f16_single), online softmax with the value accumulator kept in f16. (Its tiled kernel for
+// 64 or more queries and its key split for 512 or more cells on several threads round differently.)
 struct AttentionArgs {
   const float* q = nullptr;         // [n_tok][n_head * head_dim_k]
   const uint16_t* k = nullptr;      // [positions][n_head_kv * head_dim_k] f16

@@ -1,0 +1,287 @@
+// AVX-512 VNNI K-quant kernels: 64 codes per vpdpbusd (unsigned codes times signed activations, four products a
+// lane), each lane times its sub-block scale, the two 32-element halves folded into the 8 integer lanes of kernels.h
+// once per super-block. The integer lanes equal the AVX2 table's, and the float steps are the same, so results are
+// bit-identical to scalar_kernels().
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "backend/cpu/kernels_impl.h"
+
+#define DF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+// GCC 12's AVX-512 headers build some intrinsics from deliberately undefined registers and then warn about them.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace df::cpu::avx512 {
+
+namespace {
+
+DF_AVX512 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+DF_AVX512 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+DF_AVX512 inline __m256i load256(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+DF_AVX512 inline __m128i load128(const void* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// Two 256-bit halves as one vector: elements 0..31 from lo, 32..63 from hi.
+DF_AVX512 inline __m512i join(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
+}
+
+// 16 int32 lanes of 4 products each: unsigned codes u (0..255) times signed activations a.
+DF_AVX512 inline __m512i dp(__m512i u, __m512i a) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, a); }
+
+// Per-lane scales: s[0] for lanes 0..7 (elements 0..31), s[1] for lanes 8..15 (a scale per 32 elements).
+DF_AVX512 inline __m512i scales32(int s0, int s1) {
+  return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(s0), _mm512_set1_epi32(s1));
+}
+// A scale per 16 elements: lanes 4i .. 4i + 3 take s[i].
+DF_AVX512 inline __m512i scales16(int s0, int s1, int s2, int s3) {
+  return _mm512_set_epi32(s3, s3, s3, s3, s2, s2, s2, s2, s1, s1, s1, s1, s0, s0, s0, s0);
+}
+
+// The 8 lanes of kernels.h: lane k of both halves added.
+DF_AVX512 inline __m256i fold(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+DF_AVX512 inline float sum_lanes(__m256 acc) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, acc);
+  return lanes8_sum(l);
+}
+
+DF_AVX512 inline __m512i nibbles() { return _mm512_set1_epi8(0x0f); }
+
+struct ScalesMins {
+  uint8_t sc[8], mn[8];
+};
+inline ScalesMins scales_mins(const uint8_t* packed) {
+  ScalesMins s;
+  for (int j = 0; j < 8; ++j) kquant_scale_min(j, packed, s.sc[j], s.mn[j]);
+  return s;
+}
+
+// Q4_K / Q5_K min term as 4 int32 lanes (lane k: sub-blocks 2k, 2k + 1), as in the AVX2 table.
+DF_AVX512 inline __m128i min_lanes(const ScalesMins& s, const BlockQ8_K& y) {
+  const __m128i pair_sums = _mm_hadd_epi16(load128(y.bsums), load128(y.bsums + 8));
+  const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s.mn)));
+  return _mm_madd_epi16(mins, pair_sums);
+}
+
+// Scaled sums of a Q4_K / Q5_K super-block per 64 elements (j: elements 64j .. 64j + 63, codes q).
+DF_AVX512 inline __m512i q45_chunk(__m512i q, const BlockQ8_K& y, const ScalesMins& s, int j) {
+  return _mm512_mullo_epi32(dp(q, load512(y.qs + 64 * j)), scales32(s.sc[2 * j], s.sc[2 * j + 1]));
+}
+
+DF_AVX512 inline __m512i q4_codes(const BlockQ4_K& x, int j) {
+  const __m256i bits = load256(x.qs + 32 * j);
+  return _mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 4)), nibbles());
+}
+
+}  // namespace
+
+DF_AVX512 float dot_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a) {
+  const __m512i m3 = _mm512_set1_epi8(3);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ2_K& x = w[b];
+    const BlockQ8_K& y = a[b];
+    const float d = y.d * h2f(x.d), dmin = -y.d * h2f(x.dmin);
+    const __m128i raw = load128(x.scales);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, load256(y.bsums))), acc);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < 2; ++j) {
+      const __m256i bits = load256(x.qs + 32 * j);
+      const __m512i both = join(bits, bits);
+      for (int g = 0; g < 4; g += 2) {  // shifts 2g and 2g + 2 hold elements 128j + 32g .. + 63
+        const __m512i q = _mm512_and_si512(
+            _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(both, 2 * g), _mm512_srli_epi16(both, 2 * g + 2)), m3);
+        const int sb = 8 * j + 2 * g;
+        const __m512i sc = scales16(x.scales[sb] & 0x0f, x.scales[sb + 1] & 0x0f, x.scales[sb + 2] & 0x0f,
+                                    x.scales[sb + 3] & 0x0f);
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dp(q, load512(y.qs + 128 * j + 32 * g)), sc));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc);
+  }
+  return sum_lanes(acc);
+}
+
+DF_AVX512 float dot_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a) {
+  const __m512i m3 = _mm512_set1_epi8(3), ones = _mm512_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ3_K& x = w[b];
+    const BlockQ8_K& y = a[b];
+    const float d = y.d * h2f(x.d);
+    int sc[16];
+    for (int j = 0; j < 16; ++j) sc[j] = q3_k_scale(j, x.scales);
+    const __m256i h = load256(x.hmask);
+    const __m512i hh = join(h, h);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < 2; ++j) {
+      const __m256i bits = load256(x.qs + 32 * j);
+      const __m512i both = join(bits, bits);
+      for (int g = 0; g < 4; g += 2) {
+        const int t = 4 * j + g;  // the hmask bits of the two 32-element groups
+        const __m512i lo = _mm512_and_si512(
+            _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(both, 2 * g), _mm512_srli_epi16(both, 2 * g + 2)), m3);
+        const __m512i hi = _mm512_and_si512(
+            _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(hh, t), _mm512_srli_epi16(hh, t + 1)), ones);
+        // code = lo + 4 * hi - 4: lanes of (lo + 4 hi) * a less 4 * (sum of a).
+        const __m512i u = _mm512_add_epi8(lo, _mm512_slli_epi16(hi, 2));
+        const __m512i q8 = load512(y.qs + 128 * j + 32 * g);
+        const __m512i p = _mm512_sub_epi32(dp(u, q8), _mm512_slli_epi32(dp(ones, q8), 2));
+        const int sb = 8 * j + 2 * g;
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, scales16(sc[sb], sc[sb + 1], sc[sb + 2], sc[sb + 3])));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc);
+  }
+  return sum_lanes(acc);
+}
+
+DF_AVX512 float dot_q4_k_q8_k(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a) {
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_m = _mm_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ4_K& x = w[b];
+    const BlockQ8_K& y = a[b];
+    const float d = y.d * h2f(x.d), dmin = -y.d * h2f(x.dmin);
+    const ScalesMins s = scales_mins(x.scales);
+    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(min_lanes(s, y)), acc_m);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) sumi = _mm512_add_epi32(sumi, q45_chunk(q4_codes(x, j), y, s, j));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc);
+  }
+  alignas(16) float m[4];
+  _mm_store_ps(m, acc_m);
+  return sum_lanes(acc) + ((m[0] + m[2]) + (m[1] + m[3]));
+}
+
+DF_AVX512 float dot_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a) {
+  float s = 0.0f, sm = 0.0f;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ4_K& x = w[b];
+    const BlockQ8_K& y = a[b];
+    const ScalesMins scm = scales_mins(x.scales);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) sumi = _mm512_add_epi32(sumi, q45_chunk(q4_codes(x, j), y, scm, j));
+    alignas(16) int32_t ml[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(ml), min_lanes(scm, y));
+    s = std::fma(float(_mm512_reduce_add_epi32(sumi)), h2f(x.d) * y.d, s);
+    sm = std::fma(float((ml[0] + ml[1]) + (ml[2] + ml[3])), h2f(x.dmin) * y.d, sm);
+  }
+  return s - sm;
+}
+
+DF_AVX512 void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]) {
+  float s[4] = {}, sm[4] = {};
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ4_K& x = w[b];
+    const ScalesMins scm = scales_mins(x.scales);
+    const float dw = h2f(x.d), mw = h2f(x.dmin);
+    for (int j = 0; j < 4; ++j) {
+      const __m512i q = q4_codes(x, j);
+      for (int t = 0; t < 4; ++t) {
+        const BlockQ8_K& y = a[t][b];
+        const int msum = scm.mn[2 * j] * (y.bsums[4 * j] + y.bsums[4 * j + 1]) +
+                         scm.mn[2 * j + 1] * (y.bsums[4 * j + 2] + y.bsums[4 * j + 3]);
+        s[t] = std::fma(float(_mm512_reduce_add_epi32(q45_chunk(q, y, scm, j))), dw * y.d, s[t]);
+        sm[t] = std::fma(float(msum), mw * y.d, sm[t]);
+      }
+    }
+  }
+  for (int t = 0; t < 4; ++t) out[t] = s[t] - sm[t];
+}
+
+DF_AVX512 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a) {
+  const __m512i one = _mm512_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  float sm = 0.0f;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ5_K& x = w[b];
+    const BlockQ8_K& y = a[b];
+    const float d = y.d * h2f(x.d), dmin = -y.d * h2f(x.dmin);
+    const ScalesMins s = scales_mins(x.scales);
+    alignas(16) int32_t ml[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(ml), min_lanes(s, y));
+    sm = std::fma(dmin, float((ml[0] + ml[1]) + (ml[2] + ml[3])), sm);
+    const __m256i h = load256(x.qh);
+    const __m512i hh = join(h, h);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      const __m512i fifth = _mm512_slli_epi16(
+          _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(hh, 2 * j), _mm512_srli_epi16(hh, 2 * j + 1)),
+                           one),
+          4);
+      const __m512i q = _mm512_add_epi8(_mm512_and_si512(
+                                            join(load256(x.qs + 32 * j), _mm256_srli_epi16(load256(x.qs + 32 * j), 4)),
+                                            nibbles()),
+                                        fifth);
+      sumi = _mm512_add_epi32(sumi, q45_chunk(q, y, s, j));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc);
+  }
+  return sum_lanes(acc) + sm;
+}
+
+DF_AVX512 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ6_K& x = w[b];
+    const BlockQ8_K& y = a[b];
+    const float d = y.d * h2f(x.d);
+    const __m256i off = _mm256_slli_epi32(
+        _mm256_madd_epi16(load256(y.bsums), _mm256_cvtepi8_epi16(load128(x.scales))), 5);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < 2; ++j) {
+      // Groups g = 0, 1 use the low nibbles of ql[64j ..] and ql[64j + 32 ..], g = 2, 3 their high nibbles; the
+      // high two bits come from qh[32j ..] at shifts 2g.
+      const __m512i l = load512(x.ql + 64 * j);
+      const __m256i h = load256(x.qh + 32 * j);
+      const __m512i hh = join(h, _mm256_srli_epi16(h, 2));
+      for (int half = 0; half < 2; ++half) {
+        const __m512i lo = _mm512_and_si512(half ? _mm512_srli_epi16(l, 4) : l, nibbles());
+        const __m512i hi = _mm512_and_si512(half ? _mm512_srli_epi16(hh, 4) : hh, _mm512_set1_epi8(3));
+        const __m512i q = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+        const int sb = 8 * j + 4 * half;
+        const __m512i sc = scales16(x.scales[sb], x.scales[sb + 1], x.scales[sb + 2], x.scales[sb + 3]);
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dp(q, load512(y.qs + 128 * j + 64 * half)), sc));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_sub_epi32(fold(sumi), off)), acc);
+  }
+  return sum_lanes(acc);
+}
+
+DF_AVX512 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a) {
+  // Table values plus 128 as unsigned bytes: v * a = (v + 128) * a - 128 * a.
+  alignas(16) uint8_t biased[16];
+  for (int i = 0; i < 16; ++i) biased[i] = uint8_t(kIQ4NLValues[i] + 128);
+  const __m512i table = _mm512_broadcast_i32x4(load128(biased));
+  const __m512i m4 = nibbles(), ones = _mm512_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockIQ4_XS& x = w[b];
+    const BlockQ8_K& y = a[b];
+    __m512i sumi = _mm512_setzero_si512();
+    for (int sub = 0; sub < 8; sub += 2) {
+      // Sub-blocks sub and sub + 1: their low nibbles are elements 0..15, high nibbles 16..31.
+      const __m128i r0 = load128(x.qs + 16 * sub), r1 = load128(x.qs + 16 * sub + 16);
+      const __m512i codes = _mm512_and_si512(
+          join(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1)), m4);
+      const __m512i u = _mm512_shuffle_epi8(table, codes);
+      const __m512i q8 = load512(y.qs + 32 * sub);
+      const __m512i p = _mm512_sub_epi32(dp(u, q8), _mm512_slli_epi32(dp(ones, q8), 7));
+      sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, scales32(iq4_xs_scale(sub, x), iq4_xs_scale(sub + 1, x))));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * y.d), _mm256_cvtepi32_ps(fold(sumi)), acc);
+  }
+  return sum_lanes(acc);
+}
+
+}  // namespace df::cpu::avx512
