@@ -50,10 +50,10 @@ Result<std::unique_ptr<RowCache>> RowCache::create(std::unique_ptr<io::Reader> r
 RowCache::RowCache(std::unique_ptr<io::Reader> reader, const RowCacheOptions& options)
     : reader_(std::move(reader)), options_(options) {}
 
-RowCache::~RowCache() = default;  // every read finishes inside warm() and gather()
+RowCache::~RowCache() { collect(/*wait=*/true); }  // reads ahead write into the slots' memory
 
 Status RowCache::warm(std::span<const RowRange> ranges) {
-  if (warm_ > 0 || gathered_) return Error{"row cache: warm() must come once, before the first gather()"};
+  if (warm_ > 0 || gathered_) return Error{"row cache: warm() must come once, before the first use"};
   std::vector<RowRange> sorted(ranges.begin(), ranges.end());
   std::sort(sorted.begin(), sorted.end(), [](const RowRange& a, const RowRange& b) { return a.first < b.first; });
   uint64_t total = 0;
@@ -94,8 +94,9 @@ Status RowCache::gather(std::span<const uint32_t> ids, void* dst_) {
     if (ids[i] >= options_.rows)
       return Error{"row cache: id " + std::to_string(ids[i]) + " at batch position " + std::to_string(i) +
                    " is out of range (the table has " + std::to_string(options_.rows) + " rows)"};
-  gathered_ = true;
-  if (!lru_) lru_ = std::make_unique<SlotTable>(options_.slots - warm_);
+  collect(/*wait=*/true);  // reads ahead land first: their slots are then plain hits
+  SlotTable& table = lru();
+  (void)table;
   auto* dst = static_cast<uint8_t*>(dst_);
   const uint64_t rb = options_.row_bytes;
 
@@ -172,6 +173,122 @@ Status RowCache::gather(std::span<const uint32_t> ids, void* dst_) {
   for (SlotId s : pinned) lru_->unpin(s);
   if (!st.ok()) return Error{"row cache: " + st.error().message};
   return Status::Ok();
+}
+
+SlotTable& RowCache::lru() {
+  gathered_ = true;
+  if (!lru_) lru_ = std::make_unique<SlotTable>(options_.slots - warm_);
+  return *lru_;
+}
+
+void RowCache::collect(bool wait) {
+  while (!ahead_.empty()) {
+    done_.clear();
+    reader_->poll(done_, wait ? 1 : 0);
+    if (done_.empty()) return;
+    for (const io::Completion& c : done_) {
+      const SlotId t = SlotId(c.user_data);
+      const uint32_t id = ahead_.at(t);
+      ahead_.erase(t);
+      lru_->loaded(t, c.status.ok(), options_.row_bytes);
+      if (c.status.ok()) {
+        map_[id] = int32_t(warm_ + t);
+        stats_.bytes_loaded += options_.row_bytes;
+      }
+    }
+  }
+}
+
+Result<Pins> RowCache::acquire(uint32_t layer, std::span<const int32_t> ids) {
+  DF_CHECK(layer == 0);
+  for (size_t i = 0; i < ids.size(); i++)
+    if (ids[i] < 0 || uint64_t(ids[i]) >= options_.rows)
+      return Error{"row cache: id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                   " is out of range (the table has " + std::to_string(options_.rows) + " rows)"};
+  collect(/*wait=*/false);
+  SlotTable& t = lru();
+  const uint64_t rb = options_.row_bytes;
+  std::vector<Pins::Entry> entries;
+  entries.reserve(ids.size());
+  std::vector<io::ReadRequest> reads;
+  std::vector<std::pair<SlotId, uint32_t>> missed;  // LRU slot, row id
+  for (int32_t id32 : ids) {
+    const uint32_t id = uint32_t(id32);
+    const int32_t m = map_[id];
+    if (m >= 0 && uint32_t(m) < warm_) {  // warm rows never move: a view needs no pin
+      stats_.warm_hits++;
+      entries.push_back({SlotHandle(nullptr, SlotId(m), slot_ptr(uint32_t(m)), rb), SlotId(m)});
+      continue;
+    }
+    if (ahead_.size()) {  // its read ahead still in flight: wait for it
+      for (auto& [slot, row] : ahead_)
+        if (row == id) {
+          collect(/*wait=*/true);
+          break;
+        }
+    }
+    const SlotTable::Acquired a = t.acquire(id);
+    if (a.outcome == SlotTable::Outcome::kFull)
+      return Error{"row cache: every one of the " + std::to_string(t.size()) + " LRU slots is pinned"};
+    if (a.evicted) {
+      map_[a.evicted_key] = -1;
+      stats_.evictions++;
+    }
+    entries.push_back({SlotHandle(&t, a.slot, slot_ptr(warm_ + a.slot), rb), SlotId(warm_ + a.slot)});
+    if (a.outcome == SlotTable::Outcome::kMiss) {
+      reads.push_back({.file = options_.file, .offset = row_offset(id), .length = rb, .dst = slot_ptr(warm_ + a.slot)});
+      missed.push_back({a.slot, id});
+      stats_.misses++;
+    } else {
+      stats_.hits++;
+    }
+  }
+  if (!reads.empty()) {
+    const uint64_t t0 = now_ns();
+    Status st = reader_->read_batch(reads);
+    stats_.wait_ns += now_ns() - t0;
+    for (const auto& [slot, id] : missed) {
+      t.loaded(slot, st.ok(), rb);
+      if (st.ok()) map_[id] = int32_t(warm_ + slot);
+    }
+    if (!st.ok()) return Error{"row cache: " + st.error().message};
+    stats_.bytes_loaded += reads.size() * rb;
+  }
+  return Pins(this, std::move(entries));
+}
+
+void RowCache::prefetch(uint32_t layer, std::span<const int32_t> ids) {
+  if (layer != 0) return;
+  collect(/*wait=*/false);
+  SlotTable& t = lru();
+  std::vector<io::ReadRequest> reads;
+  for (int32_t id32 : ids) {
+    if (id32 < 0 || uint64_t(id32) >= options_.rows || map_[size_t(id32)] >= 0) continue;
+    if (ahead_.size() + reads.size() >= options_.max_prefetch) {
+      t.stats().prefetch_dropped++;
+      continue;
+    }
+    const uint32_t id = uint32_t(id32);
+    const SlotTable::Acquired a = t.claim_for_prefetch(id);
+    if (a.slot == kNoSlot) continue;
+    if (a.evicted) {
+      map_[a.evicted_key] = -1;
+      stats_.evictions++;
+    }
+    ahead_[a.slot] = id;
+    reads.push_back({.file = options_.file, .offset = row_offset(id), .length = options_.row_bytes,
+                     .dst = slot_ptr(warm_ + a.slot), .user_data = a.slot});
+  }
+  if (!reads.empty()) reader_->submit(reads);
+}
+
+TierStats RowCache::stats() {
+  CacheStats c = lru_ ? lru_->stats() : CacheStats{};
+  // The LRU table counts its own lookups; the warm rows are hits it never saw.
+  c.hits += stats_.warm_hits;
+  c.bytes_loaded = stats_.bytes_loaded;
+  c.wait_ns = stats_.wait_ns;
+  return {c, 0.0};
 }
 
 }  // namespace df::cache

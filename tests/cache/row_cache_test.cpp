@@ -64,7 +64,7 @@ TEST_P(RowCacheTest, WarmRowsAreLoadedUpFrontAndHit) {
   ASSERT_TRUE(c->warm(warm).ok());
   EXPECT_EQ(c->warm_slots(), 15u);
   EXPECT_EQ(c->lru_slots(), 49u);
-  EXPECT_EQ(c->stats().bytes_loaded, 15 * kRowBytes);
+  EXPECT_EQ(c->row_stats().bytes_loaded, 15 * kRowBytes);
   for (uint64_t id : {0, 9, 500, 504}) EXPECT_GE(c->slot_of(id), 0) << id;
   EXPECT_EQ(c->slot_of(10), -1);
   expect_map_consistent(*c);
@@ -72,8 +72,8 @@ TEST_P(RowCacheTest, WarmRowsAreLoadedUpFrontAndHit) {
   std::vector<uint8_t> out(ids.size() * kRowBytes);
   ASSERT_TRUE(c->gather(ids, out.data()).ok());
   expect_rows(ids, out);
-  EXPECT_EQ(c->stats().warm_hits, 4u);
-  EXPECT_EQ(c->stats().misses, 0u);
+  EXPECT_EQ(c->row_stats().warm_hits, 4u);
+  EXPECT_EQ(c->row_stats().misses, 0u);
 }
 
 TEST_P(RowCacheTest, GatherReadsMissesOnceThenHits) {
@@ -82,13 +82,13 @@ TEST_P(RowCacheTest, GatherReadsMissesOnceThenHits) {
   std::vector<uint8_t> out(ids.size() * kRowBytes);
   ASSERT_TRUE(c->gather(ids, out.data()).ok());
   expect_rows(ids, out);
-  EXPECT_EQ(c->stats().misses, 4u);  // distinct ids
-  EXPECT_EQ(c->stats().bytes_loaded, 4 * kRowBytes);
+  EXPECT_EQ(c->row_stats().misses, 4u);  // distinct ids
+  EXPECT_EQ(c->row_stats().bytes_loaded, 4 * kRowBytes);
   std::fill(out.begin(), out.end(), 0);
   ASSERT_TRUE(c->gather(ids, out.data()).ok());
   expect_rows(ids, out);
-  EXPECT_EQ(c->stats().hits, ids.size());
-  EXPECT_EQ(c->stats().misses, 4u);
+  EXPECT_EQ(c->row_stats().hits, ids.size());
+  EXPECT_EQ(c->row_stats().misses, 4u);
   expect_map_consistent(*c);
 }
 
@@ -105,7 +105,7 @@ TEST_P(RowCacheTest, EvictionKeepsTheIdMapRight) {
     expect_rows(ids, out);
   }
   expect_map_consistent(*c);
-  EXPECT_GT(c->stats().evictions, 0u);
+  EXPECT_GT(c->row_stats().evictions, 0u);
   for (uint64_t id = 100; id < 104; id++) EXPECT_LT(c->slot_of(id), 4) << "warm rows are never evicted";
   int cached = 0;
   for (uint64_t id = 0; id < kRows; id++) cached += c->slot_of(id) >= 0;
@@ -120,9 +120,41 @@ TEST_P(RowCacheTest, BatchLargerThanTheCacheBypassesIt) {
   std::vector<uint8_t> out(ids.size() * kRowBytes);
   ASSERT_TRUE(c->gather(ids, out.data()).ok());
   expect_rows(ids, out);
-  EXPECT_EQ(c->stats().misses, 40u);
-  EXPECT_EQ(c->stats().bypassed, 32u);
+  EXPECT_EQ(c->row_stats().misses, 40u);
+  EXPECT_EQ(c->row_stats().bypassed, 32u);
   expect_map_consistent(*c);
+}
+
+// As a tier: warm rows come as views, LRU rows pinned in place while their Pins live, misses read together; rows
+// read ahead land without a wait and become hits; the tier's counters sum the warm hits in.
+TEST_P(RowCacheTest, AsATierRowsArePinnedWhereTheyAreAndReadAhead) {
+  auto c = make(10);
+  ASSERT_TRUE(c);
+  const RowRange warm[] = {{0, 4}};
+  ASSERT_TRUE(c->warm(warm).ok());
+  EXPECT_EQ(c->max_acquire(), 6u);
+  EXPECT_FALSE(c->resident());
+  {
+    auto p = c->acquire(0, std::vector<int32_t>{2, 500, 501, 2});
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    for (size_t i = 0; i < 4; i++) EXPECT_EQ(0, std::memcmp(p->data(i), row(std::vector<uint64_t>{2, 500, 501, 2}[i]), kRowBytes));
+    EXPECT_TRUE(c->contains(0, 500));
+  }
+  c->prefetch(0, std::vector<int32_t>{600, 601, 2});  // row 2 is warm: not read again
+  auto p = c->acquire(0, std::vector<int32_t>{601, 600});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(0, std::memcmp(p->data(0), row(601), kRowBytes));
+  EXPECT_EQ(0, std::memcmp(p->data(1), row(600), kRowBytes));
+  const TierStats st = c->stats();
+  EXPECT_EQ(st.cache.prefetch_issued, 2u);
+  EXPECT_EQ(st.cache.prefetch_used, 2u);
+  EXPECT_EQ(c->row_stats().misses, 2u);  // 500 and 501; the repeated 2 and the read-ahead rows are hits
+  EXPECT_GE(st.cache.hits, 2u);          // the warm row, twice
+  expect_map_consistent(*c);
+  // Out of the table: an error naming the id, nothing pinned.
+  auto bad = c->acquire(0, std::vector<int32_t>{int32_t(kRows)});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("id 1000"), std::string::npos) << bad.error().message;
 }
 
 TEST_P(RowCacheTest, ErrorsNameTheIdOrRange) {

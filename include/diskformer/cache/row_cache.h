@@ -4,7 +4,8 @@
 //   [ warm rows: loaded up front, never evicted | LRU rows: filled on demand, evicted least recently used first ]
 //
 // slot_of(id) is a flat id -> slot map (-1 where absent), O(1) and cheap to mirror on a GPU. gather() copies the
-// rows of a batch of ids into a caller buffer, reading the missing ones together.
+// rows of a batch of ids into a caller buffer, reading the missing ones together. As a RecordTier (layer 0: the
+// table, index: the row id), acquire() pins rows where they are and prefetch() reads rows ahead without waiting.
 //
 // Not thread-safe: one owner thread.
 #pragma once
@@ -12,9 +13,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "diskformer/cache/slot_table.h"
+#include "diskformer/cache/tier.h"
 #include "diskformer/io/buffer.h"
 #include "diskformer/io/reader.h"
 #include "diskformer/util/result.h"
@@ -28,6 +31,7 @@ struct RowCacheOptions {
   uint64_t rows = 0;          // ids are 0 .. rows-1
   uint32_t slots = 0;         // rows held in memory, warm and LRU together
   io::HostAllocator* allocator = nullptr;  // nullptr: posix_memalign
+  uint32_t max_prefetch = 8;  // rows read ahead and in flight at most
 };
 
 struct RowRange {
@@ -45,11 +49,11 @@ struct RowCacheStats {
   uint64_t wait_ns = 0;
 };
 
-class RowCache {
+class RowCache final : public RecordTier {
  public:
   // The cache owns the reader; options.file must be open on it and hold the whole table.
   static Result<std::unique_ptr<RowCache>> create(std::unique_ptr<io::Reader> reader, const RowCacheOptions& options);
-  ~RowCache();
+  ~RowCache() override;
   RowCache(const RowCache&) = delete;
   RowCache& operator=(const RowCache&) = delete;
 
@@ -60,17 +64,32 @@ class RowCache {
   // dst receives ids.size() rows of row_bytes, in order. An id >= rows fails naming it, before anything is read.
   Status gather(std::span<const uint32_t> ids, void* dst);
 
+  // RecordTier over layer 0 (the table): rows pinned where they are, misses read together; warm rows need no pin.
+  Result<Pins> acquire(uint32_t layer, std::span<const int32_t> ids) override;
+  void prefetch(uint32_t layer, std::span<const int32_t> ids) override;
+  bool contains(uint32_t layer, int32_t id) const override {
+    return layer == 0 && id >= 0 && uint64_t(id) < map_.size() && map_[size_t(id)] >= 0;
+  }
+  uint32_t slots() const override { return options_.slots; }
+  uint32_t max_acquire() const override { return options_.slots - warm_; }
+  bool resident() const override { return warm_ == options_.rows; }
+  TierStats stats() override;
+  void reset_stats() override { stats_ = {}; if (lru_) lru_->stats() = CacheStats{}; }
+
   int64_t slot_of(uint64_t id) const { return id < map_.size() ? map_[id] : -1; }
   const int32_t* slot_map() const { return map_.data(); }  // rows entries
   const uint8_t* slot_data(uint32_t slot) const { return memory_.data() + uint64_t(slot) * options_.row_bytes; }
   uint32_t warm_slots() const { return warm_; }
   uint32_t lru_slots() const { return options_.slots - warm_; }
-  const RowCacheStats& stats() const { return stats_; }
+  const RowCacheStats& row_stats() const { return stats_; }  // warm hits and bypasses apart
   io::Reader& reader() { return *reader_; }
 
  private:
   RowCache(std::unique_ptr<io::Reader> reader, const RowCacheOptions& options);
   uint8_t* slot_ptr(uint32_t slot) { return memory_.data() + uint64_t(slot) * options_.row_bytes; }
+  SlotTable& lru();  // made at first use, over the slots warm() left
+  // Collects finished reads ahead (wait: all of them).
+  void collect(bool wait);
   uint64_t row_offset(uint64_t id) const { return options_.table_offset + id * options_.row_bytes; }
 
   std::unique_ptr<io::Reader> reader_;
@@ -81,6 +100,8 @@ class RowCache {
   std::unique_ptr<SlotTable> lru_;  // over slots [warm_, slots): table slot t is cache slot warm_ + t
   bool gathered_ = false;
   RowCacheStats stats_;
+  std::unordered_map<SlotId, uint32_t> ahead_;  // LRU slot -> row id of a read ahead in flight
+  std::vector<io::Completion> done_;
 };
 
 }  // namespace df::cache
