@@ -358,9 +358,9 @@ __global__ void __launch_bounds__(kNormThreads)
       const int i = threadIdx.x;
       const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
       const float x0 = s[ia], x1 = s[ib];
-      // As rope.cu: separate roundings, no fused multiply-add.
-      s[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-      s[ib] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+      // As rope.cu: the first product of each expression fused with the sum, as cpu::rope rounds.
+      s[ia] = __fmaf_rn(x0, c, -__fmul_rn(x1, sn));
+      s[ib] = __fmaf_rn(x0, sn, __fmul_rn(x1, c));
     }
     __syncthreads();
     for (int i = threadIdx.x; i < hk; i += kNormThreads) {

@@ -27,9 +27,9 @@ __global__ void rope_kernel(float* x, int64_t n_tok, int n_heads, int head_dim, 
   float* xh = x + th * head_dim;
   const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
   const float x0 = xh[ia], x1 = xh[ib];
-  // Separate roundings, no fused multiply-add: the CPU code is compiled without contraction.
-  xh[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-  xh[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  // As cpu::rope rounds (llama.cpp's build fuses the first product of each expression with the sum).
+  xh[ia] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+  xh[ib] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
 }
 
 }  // namespace
