@@ -30,6 +30,36 @@ TEST(RunCommand, StdoutIsExactlyLlamaCppsCompletion) {
   EXPECT_EQ(budget.out, c.completion);
 }
 
+// A store made by ingest runs as the GGUF does, given as -m DIR or --store DIR; with -m FILE --store DIR the store is
+// checked against the file, and one made from another file is refused naming what differs. bench and inspect take
+// it too.
+TEST(RunCommand, FromAStoreAsFromTheFile) {
+  DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
+  DF_REQUIRE_SHARED(other, "models/qwen3moe-q8_0.gguf");
+  const auto cases = read_gold((shared_dir() / "models/qwen3moe-q4_0.gold.json").string());
+  const GoldCase& c = cases.at(0);
+  const auto dir = temp_dir("store") / "s";
+  ASSERT_EQ(run_cli("ingest -m " + model.string() + " --store " + dir.string() + " --quiet").status, 0);
+  const std::string gen = " -p '" + c.prompt + "' -n 32 --temp 0 --ignore-eos -t 2 --backend cpu";
+  for (const std::string& from : {"-m " + dir.string(), "--store " + dir.string(),
+                                  "-m " + model.string() + " --store " + dir.string()}) {
+    const CliRun r = run_cli("run " + from + gen + " --ram-budget 10.7M");
+    EXPECT_EQ(r.status, 0) << from << ": " << r.err;
+    EXPECT_EQ(r.out, c.completion) << from;
+    EXPECT_NE(r.err.find("(store)"), std::string::npos) << r.err;
+  }
+  const CliRun stale = run_cli("run -m " + other.string() + " --store " + dir.string() + gen);
+  EXPECT_EQ(stale.status, 1);
+  EXPECT_EQ(stale.out, "");
+  EXPECT_NE(stale.err.find("changed since the store was made"), std::string::npos) << stale.err;
+  const CliRun bench = run_cli("bench --store " + dir.string() + " -p 8 -n 2 -r 1 --backend cpu --json --quiet");
+  EXPECT_EQ(bench.status, 0) << bench.err;
+  EXPECT_NE(bench.out.find("\"store\":true"), std::string::npos) << bench.out;
+  const CliRun inspect = run_cli("inspect --store " + dir.string() + " --json");
+  EXPECT_EQ(inspect.status, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("qwen3moe"), std::string::npos);
+}
+
 TEST(RunCommand, FailuresExitWithStatus) {
   DF_REQUIRE_SHARED(model, "models/llama-f16.gguf");
   EXPECT_EQ(run_cli("run -m " + model.string() + " -p hi --ram-budget 1M").status, 1);
