@@ -14,7 +14,9 @@
 #include "cli/commands.h"
 #include "cli/compute_backend.h"
 #include "cli/engine_args.h"
+#include "cli/text_file.h"
 #include "diskformer/backend/cpu/membw.h"
+#include "diskformer/tokenizer/tokenizer.h"
 #include "diskformer/util/size.h"
 
 namespace df::cli {
@@ -49,12 +51,15 @@ struct Rep {
   engine::SessionStats session;
 };
 
-// A fresh sequence: a prompt of p random tokens, then n greedy steps, each feeding the previous choice back.
-Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rng) {
+// A fresh sequence: a prompt of p random tokens, then n greedy steps, each feeding the previous choice back; or,
+// with `text`, its tokens from `at` on: p of them as the prompt, the next n fed one a step whatever was chosen
+// (teacher-forced: the routes of real text, where a random model's greedy loop repeats itself).
+Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rng,
+                    std::span<const int32_t> text = {}, size_t at = 0) {
   DF_ASSIGN(engine::Session s, engine::Session::create(model));
   std::uniform_int_distribution<int32_t> tok(0, int32_t(model.spec().n_vocab) - 1);
   std::vector<int32_t> prompt(size_t(std::max<int64_t>(p, 1)));
-  for (auto& t : prompt) t = tok(rng);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = text.empty() ? tok(rng) : text[at + i];
   sampling::Sampler greedy({.temp = 0});
   std::vector<int32_t> history(prompt);
   Rep r;
@@ -66,6 +71,7 @@ Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rn
   const uint64_t w0 = model.context().weight_bytes_read;
   t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
+    if (!text.empty()) next = text[at + prompt.size() + size_t(i)];
     history.push_back(next);
     DF_TRY(s.eval(std::span<const int32_t>(&next, 1)));
     next = s.next_token(greedy, history);
@@ -89,6 +95,8 @@ int cmd_bench(int argc, char** argv) {
   args.option("-r,--repetitions", "REPS", "timed repetitions per configuration (default 3)");
   args.option("-b,--batch-size", "N", "prompt tokens per forward pass (default 512); with --gpu-budget, the routed "
               "experts stream once per batch");
+  args.option("--decode-text", "FILE", "also decode this text's tokens one a step (teacher-forced, after -p of them "
+              "as the prompt; each repetition the next window): text_* figures beside the greedy ones");
   args.flag("--json", "one JSON object per configuration on stdout (see the README's bench section)");
   args.flag("--quiet", "no logs");
   if (!args.parse(argc, argv)) return args.exit_code();
@@ -124,6 +132,20 @@ int cmd_bench(int argc, char** argv) {
   const double open_s = std::chrono::duration<double>(Clock::now() - t_open).count();
   const std::string residency = model->describe();
   std::mt19937 rng(1234);
+  std::vector<int32_t> text;
+  if (auto f = args.get("--decode-text")) {
+    auto body = read_text_file(*f);
+    if (!body) return fail("--decode-text " + body.error().message);
+    auto tok = tokenizer::Tokenizer::from_gguf(model->file());
+    if (!tok) return fail(tok.error().message);
+    text = tok->encode(*body, {.parse_special = false});
+    int64_t need = 0;
+    for (int64_t p : *ps)
+      for (int64_t n : *ns) need = std::max(need, std::max<int64_t>(p, 1) + n);
+    if (int64_t(text.size()) < need)
+      return fail("--decode-text " + *f + ": " + std::to_string(text.size()) + " tokens, a window of -p + -n needs " +
+                  std::to_string(need));
+  }
 
   // The warm-up runs the first configuration's whole prompt on CUDA (kernel modules load and cuBLAS starts on first
   // use, which the first timed prefill would otherwise pay) and a short one on the CPU; with a budget it warms the
@@ -211,6 +233,31 @@ int cmd_bench(int argc, char** argv) {
         j["h2d_GBps"] = ms.gpu->load_GBps();
         j["h2d_busy_share"] = timed_s > 0 ? ms.gpu->load_seconds / timed_s : 0.0;
       }
+      if (!text.empty() && n > 0) {
+        // The same configuration on the text's windows, its own counters.
+        model->reset_stats();
+        std::vector<double> tdec;
+        uint64_t tcpu = 0;
+        const size_t window = size_t(std::max<int64_t>(p, 1) + n);
+        for (int64_t r = 0; r < *reps; ++r) {
+          const size_t at = (size_t(r) * window) % (text.size() - window + 1);
+          auto rep = one_rep(*model, p, n, rng, text, at);
+          if (!rep) return fail(rep.error().message);
+          tdec.push_back(double(n) / rep->decode_s);
+          tcpu += rep->session.cpu_experts;
+        }
+        const engine::ModelStats ts = model->stats();
+        j["text_decode_tok_s"] = summary_json(summarize(tdec), true);
+        if (ts.gpu) {
+          const cache::CacheStats& c = ts.gpu->cache;
+          const uint64_t uses = c.lookups() + tcpu;
+          j["text_expert_hit_rate"] = uses ? double(c.hits + c.late_hits) / double(uses) : 0.0;
+          j["text_cpu_expert_share"] = uses ? double(tcpu) / double(uses) : 0.0;
+        } else if (ts.ram && ts.ram->cache.lookups()) {
+          j["text_expert_hit_rate"] = ts.ram->cache.hit_rate();
+        }
+        if (ts.ram) j["text_ram_hit_rate"] = ts.ram->cache.hit_rate();
+      }
       rows.push_back(std::move(j));
       weight_GBps.push_back(sw);
     }
@@ -246,6 +293,14 @@ int cmd_bench(int argc, char** argv) {
     if (n > 0)
       std::printf("  decode   %9.2f tok/s (min %.2f, max %.2f)\n", j["decode_tok_s"]["median"].get<double>(),
                   j["decode_tok_s"]["min"].get<double>(), j["decode_tok_s"]["max"].get<double>());
+    if (j.contains("text_decode_tok_s"))
+      std::printf("  decode of the text %9.2f tok/s (min %.2f, max %.2f)%s\n",
+                  j["text_decode_tok_s"]["median"].get<double>(), j["text_decode_tok_s"]["min"].get<double>(),
+                  j["text_decode_tok_s"]["max"].get<double>(),
+                  j.contains("text_expert_hit_rate")
+                      ? (", expert hit rate " + std::to_string(int(100 * j["text_expert_hit_rate"].get<double>())) + "%")
+                            .c_str()
+                      : "");
     if (dec)
       std::printf("  decode weights %.2f GB/s = %.0f%% of the %.1f GB/s memory read bandwidth\n",
                   weight_GBps[i].median, 100.0 * weight_GBps[i].median / mem_bw, mem_bw);

@@ -47,7 +47,8 @@ void schedule_moe(const MoeStep& s, MoeSchedule& out) {
     const double bytes = double(s.record_bytes);
     const double copy = bytes * (s.copy_s_per_byte > 0 ? s.copy_s_per_byte : kCopyGuess);
     const double cpu = bytes * (s.cpu_s_per_byte > 0 ? s.cpu_s_per_byte : kCpuGuess);
-    const int64_t c = cpu_share_count(int64_t(missed.size()), cpu, copy);
+    const int64_t c = std::max<int64_t>(cpu_share_count(int64_t(missed.size()), cpu, copy),
+                                        std::min<int64_t>(s.min_cpu, int64_t(missed.size()) - 1));
     // The last missed ones in routing order that RAM holds (the CPU never waits for the disk).
     for (auto it = missed.rbegin(); it != missed.rend() && int64_t(out.cpu.size()) < c; ++it)
       if (!s.in_ram || s.in_ram(*it)) out.cpu.insert(out.cpu.begin(), *it);

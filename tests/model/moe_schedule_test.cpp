@@ -65,6 +65,18 @@ TEST(MoeSchedule, CpuShareBalancesItsTimeAgainstTheCopies) {
                 .record_bytes = 1000, .copy_s_per_byte = 1e-9, .cpu_s_per_byte = 1e-9},
                s);
   EXPECT_EQ(s.cpu, (std::vector<int32_t>{5, 6, 7}));
+  // A CPU measured far too slow takes nothing, unless the executor asks for one to measure it again (never the last
+  // miss: the GPU keeps at least one of them).
+  schedule_moe({.ids = ids, .n_tok = 1, .n_used = 8, .n_expert = 16, .max_group = 16, .cpu_share = true,
+                .resident = [](int32_t e) { return e <= 2; }, .record_bytes = 1000, .copy_s_per_byte = 1e-9,
+                .cpu_s_per_byte = 1e-6},
+               s);
+  EXPECT_TRUE(s.cpu.empty());
+  schedule_moe({.ids = ids, .n_tok = 1, .n_used = 8, .n_expert = 16, .max_group = 16, .cpu_share = true,
+                .resident = [](int32_t e) { return e <= 2; }, .record_bytes = 1000, .copy_s_per_byte = 1e-9,
+                .cpu_s_per_byte = 1e-6, .min_cpu = 1},
+               s);
+  EXPECT_EQ(s.cpu, (std::vector<int32_t>{8}));
   // No share for a batch of several tokens, nor without cpu_share.
   schedule_moe({.ids = ids, .n_tok = 2, .n_used = 4, .n_expert = 16, .max_group = 16, .cpu_share = true}, s);
   EXPECT_TRUE(s.cpu.empty());

@@ -30,6 +30,9 @@ struct MoeStep {
   uint64_t record_bytes = 0;     // of one expert
   double copy_s_per_byte = 0;    // into the compute tier, as measured (0: not yet; a guess of 50 GB/s stands in)
   double cpu_s_per_byte = 0;     // the CPU computing an expert, per weight byte (0: not yet; 20 GB/s stands in)
+  // At least this many of the missed experts go to the CPU (where it may share): a rate measured once too slow
+  // (a cold pool, a busy machine) would otherwise never be measured again.
+  int32_t min_cpu = 0;
   // The next layer: its guessed experts and what its tiers hold (nullptr: hold nothing).
   std::span<const int32_t> guess;
   std::function<bool(int32_t)> next_resident, next_in_ram;

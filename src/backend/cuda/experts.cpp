@@ -161,11 +161,14 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
        .in_ram = ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(il, e); }),
        .record_bytes = layout.record_bytes, .copy_s_per_byte = tier.copy_s_per_byte(),
        .cpu_s_per_byte = cpu_s_per_byte_,
+       // Every couple of tokens without a share, one expert measures the CPU's rate again.
+       .min_cpu = split && since_cpu_ >= 2 * s.n_layer ? 1 : 0,
        .guess = guessed ? std::span<const int32_t>(ids + nk, size_t(K)) : std::span<const int32_t>(),
        .next_resident = [&](int32_t e) { return tier.contains(next, e); },
        .next_in_ram =
            ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(next, e); })},
       schedule_);
+  if (split && schedule_.missed > 1) since_cpu_ = schedule_.cpu.empty() ? since_cpu_ + 1 : 0;
   auto read_ahead = [&] {
     if (!schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);
     if (!schedule_.prefetch_ram.empty()) ram.prefetch(next, schedule_.prefetch_ram);

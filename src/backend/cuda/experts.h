@@ -60,6 +60,7 @@ class RoutedExperts {
   cpu::ExpertScratch cpu_scratch_;
   bool guessed_ = false;       // Buf::guess holds the next layer's guess (decode, streamed)
   double cpu_s_per_byte_ = 0;  // measured: the CPU's time per expert byte
+  uint32_t since_cpu_ = 0;     // decode layers with misses and no CPU share since the CPU last computed one
   uint64_t cpu_count_ = 0;     // experts the CPU computed
 };
 
