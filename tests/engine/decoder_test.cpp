@@ -1,6 +1,6 @@
 // The decoding interface: Sampler::sample_top_k (what a backend that cuts the vocabulary elsewhere hands back) draws
-// exactly what sample() draws from the full logits; generation through a CpuDecoder equals generation through the
-// session; run --backend cpu prints llama.cpp's completion, and --backend cuda without a usable GPU fails with one
+// exactly what sample() draws from the full logits; generate() through a CPU session draws what the sampler draws
+// from its logits step by step; run --backend cpu prints llama.cpp's completion, and --backend cuda without a usable GPU fails with one
 // clear line.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Token selection on the GPU against the CPU sampler on the same logits: the top-k kernel keeps the set partial_sort
 // keeps (ties toward the lower id), DeviceSampler draws the token Sampler::sample draws for every kind of setting
-// (greedy, penalties, top-k, top-k off), and GpuDecoder does so on a model's own logits. Timings are printed.
+// (greedy, penalties, top-k, top-k off), and a CUDA session does so on a model's own logits. Timings are printed.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
