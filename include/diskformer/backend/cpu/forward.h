@@ -13,6 +13,7 @@
 #include "diskformer/backend/cpu/experts.h"
 #include "diskformer/backend/cpu/kv_cache.h"
 #include "diskformer/backend/cpu/ops.h"
+#include "diskformer/backend/cpu/routed_experts.h"
 #include "diskformer/cache/tier.h"
 #include "diskformer/model/moe_schedule.h"
 #include "diskformer/model/records.h"
@@ -47,10 +48,8 @@ struct ForwardBuffers {
   std::vector<float> gate, up;  // [n_tok][n_ff] (dense layers)
   std::vector<float> router;  // [n_tok][n_expert]
   std::vector<float> expert_out;  // [n_tok][n_expert_used][n_embd]
-  std::vector<float> gather;  // [routed (token, expert) pairs][n_embd] inputs, grouped by expert
-  std::vector<float> down;    // [routed pairs][n_embd] expert outputs, grouped by expert
   std::vector<float> logits;  // [n_out][n_vocab]
-  ExpertScratch experts;
+  RoutedScratch routed;
 };
 
 // Routing counters for the cache statistics and the benchmarks.
@@ -104,7 +103,7 @@ class Forward final : public ForwardPass {
   model::RoutingStats* routing_ = nullptr;
   cache::Pins layer_pin_;  // the streamed dense layer being computed
   std::vector<int32_t> guess_;  // the next layer's guessed experts (empty: none)
-  model::MoeSchedule schedule_;
+  Routing route_;  // the current MoE layer's choice
   // llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not
   // reproduced here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal
   // its batched results wherever the two agree (the gold files' stable cases).

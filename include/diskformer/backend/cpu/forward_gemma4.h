@@ -51,12 +51,11 @@ class Gemma4Forward final : public ForwardPass {
     std::vector<float> router;    // [n_tok][n_embd] the router's input
     std::vector<float> probs;     // [n_tok][n_expert] the router's probabilities
     std::vector<float> expert_out;  // [n_tok][n_expert_used][n_embd]
-    std::vector<float> gather, down;  // [routed pairs][n_embd]: expert inputs and outputs, grouped by expert
     std::vector<float> ple;       // [n_tok][n_layer][P] per-layer inputs
     std::vector<float> ple_rows;  // [n_tok][n_layer * P] the table's rows, then scaled
     std::vector<float> ple_gate;  // [n_tok][P]
     std::vector<float> logits;    // [n_out][n_vocab]
-    ExpertScratch experts;
+    RoutedScratch routed;
   };
 
   Status per_layer_inputs(std::span<const int32_t> tokens);
@@ -80,7 +79,7 @@ class Gemma4Forward final : public ForwardPass {
   model::RoutingStats* routing_ = nullptr;
   cache::Pins layer_pin_;       // the streamed dense layer being computed
   std::vector<int32_t> guess_;  // the next layer's guessed experts (empty: none)
-  model::MoeSchedule schedule_;
+  Routing route_;               // the current MoE layer's choice
   // As Forward: batches of 64 or more tokens take llama.cpp's one-token orders throughout (its tiled attention for
   // such batches is not reproduced).
   static constexpr int64_t kTiledAttentionRows = 64;
