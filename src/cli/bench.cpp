@@ -183,7 +183,9 @@ int cmd_bench(int argc, char** argv) {
       }
       const engine::ModelStats ms = model->stats();
       const Summary sp = summarize(pre), sd = summarize(dec), sw = summarize(wgbs);
-      const bool streams = ms.ram.has_value() || ms.gpu.has_value();
+      const bool streams = ms.ram.has_value() || ms.gpu.has_value() || ms.rows.has_value();
+      const uint64_t disk_bytes = ms.streamed_bytes_read + ms.streamed_row_bytes;
+      const uint64_t timed_tokens = uint64_t(*reps) * uint64_t(p + n);
       json j = {{"model", std::filesystem::path(*path).filename().string()},
                 {"model_bytes", model->files().tensor_bytes},
                 {"store", model->files().from_store},
@@ -203,10 +205,14 @@ int cmd_bench(int argc, char** argv) {
                 {"rss_peak_bytes", engine::peak_rss_bytes()},
                 {"expert_hit_rate", nullptr},
                 {"bytes_from_ram", nullptr},
-                {"bytes_from_disk", ms.streamed_bytes_read},
+                {"bytes_from_disk", disk_bytes},
                 {"h2d_GBps", nullptr},
-                {"disk_GBps", streams && timed_s > 0 ? json(double(ms.streamed_bytes_read) / timed_s / 1e9)
-                                                     : json(nullptr)},
+                {"disk_GBps", streams && timed_s > 0 ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
+                // The per-layer embedding table's row cache, where its rows stream (null where resident or none).
+                {"row_slots", ms.rows ? json(model->plan().row_slots) : json(nullptr)},
+                {"row_hit_rate", ms.rows && ms.rows->cache.lookups() ? json(ms.rows->cache.hit_rate()) : json(nullptr)},
+                {"row_bytes_per_token",
+                 ms.rows && timed_tokens ? json(double(ms.streamed_row_bytes) / double(timed_tokens)) : json(nullptr)},
                 {"residency", residency},
                 {"open_s", open_s},
                 {"kernels", model->context().kernels->name}};
@@ -313,6 +319,12 @@ int cmd_bench(int argc, char** argv) {
       std::printf("  disk     %s read in the timed runs (%.2f GB/s), RAM cache hit rate %.1f%%\n",
                   format_size(j["bytes_from_disk"].get<uint64_t>()).c_str(), j["disk_GBps"].get<double>(),
                   100.0 * j["ram_hit_rate"].get<double>());
+    if (!j["row_slots"].is_null())
+      std::printf("  rows     per-layer embedding row cache of %llu rows: hit rate %.1f%%, %.0f bytes per token from "
+                  "disk\n",
+                  (unsigned long long)j["row_slots"].get<uint64_t>(),
+                  j["row_hit_rate"].is_null() ? 0.0 : 100.0 * j["row_hit_rate"].get<double>(),
+                  j["row_bytes_per_token"].is_null() ? 0.0 : j["row_bytes_per_token"].get<double>());
     if (on_cuda) std::printf("  GPU memory peak %s (driver-reported, whole device)\n", format_size(gpu_peak).c_str());
     std::printf("  peak RSS %s\n", format_size(j["rss_peak_bytes"].get<uint64_t>()).c_str());
   }

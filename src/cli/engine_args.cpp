@@ -122,12 +122,23 @@ std::string stats_line(engine::Model& model, const engine::GenerateStats& st) {
   const engine::ModelStats d = model.stats();
   std::string hit = "n/a (all resident)";
   if (d.ram && d.ram->cache.lookups()) hit = std::to_string(int(d.ram->cache.hit_rate() * 1000) / 10.0).substr(0, 5) + "%";
-  char buf[512];
+  // The per-layer embedding table's row cache, where its rows stream: hit rate and rows read per token.
+  std::string rows;
+  if (d.rows) {
+    const uint64_t tokens = uint64_t(st.prompt_tokens + st.gen_tokens);
+    char r[128];
+    std::snprintf(r, sizeof r, "row cache hit rate %.1f%%, %.0f B/token of rows from disk, ",
+                  d.rows->cache.lookups() ? 100.0 * d.rows->cache.hit_rate() : 0.0,
+                  tokens ? double(d.streamed_row_bytes) / double(tokens) : 0.0);
+    rows = r;
+  }
+  char buf[640];
   std::snprintf(buf, sizeof buf,
                 "prompt %lld tok (%.1f tok/s), decode %lld tok (%.1f tok/s), disk %s read, cache hit rate %s, "
-                "peak RSS %s",
+                "%speak RSS %s",
                 (long long)st.prompt_tokens, st.prompt_tok_s(), (long long)st.gen_tokens, st.gen_tok_s(),
-                format_size(d.bytes_from_disk()).c_str(), hit.c_str(), format_size(engine::peak_rss_bytes()).c_str());
+                format_size(d.bytes_from_disk()).c_str(), hit.c_str(), rows.c_str(),
+                format_size(engine::peak_rss_bytes()).c_str());
   return buf;
 }
 

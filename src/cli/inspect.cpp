@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/inspect_spec.h"
 #include "diskformer/backend/cuda/plan.h"
 #include "diskformer/engine/model_files.h"
 #include "diskformer/store/store.h"
@@ -135,6 +136,7 @@ int print_json(const gguf::File& f, const gguf::Breakdown& b) {
                        {"offset", t.offset},
                        {"category", gguf::category_name(gguf::categorize(t.name))}});
   j["tensors"] = tensors;
+  j["spec"] = spec_json(f);
   std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
   return 0;
 }
@@ -158,6 +160,8 @@ int print_text(const gguf::File& f, const gguf::Breakdown& b) {
       if (kv.key.rfind(arch + ".", 0) == 0)
         std::printf("  %-40s %s\n", shown(kv.key.substr(arch.size() + 1)).c_str(), kv.value.summary().c_str());
   }
+
+  std::printf("%s", spec_text(f).c_str());
 
   auto tok = tokenizer_summary(f);
   if (!tok.model.empty()) {
@@ -223,6 +227,11 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   }
   const engine::ModelFiles& mf = **m;
   const gguf::File& f = mf.file;
+  if (mf.spec.family == model::Family::kGemma4) {
+    std::fprintf(stderr, "diskformer inspect: %s: the CUDA backend does not run gemma4 yet: no GPU plan\n",
+                 path.c_str());
+    return 1;
+  }
   // -c absent: the context the engine commands default to.
   if (n_ctx == 0) n_ctx = std::min<uint32_t>(mf.spec.n_ctx_train ? mf.spec.n_ctx_train : 4096, 4096);
   auto plan = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts, {.budget = budget, .n_ctx = n_ctx});

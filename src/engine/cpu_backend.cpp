@@ -18,7 +18,8 @@ class CpuBackend final : public BackendModel {
   Status load(model::TensorSource& source) {
     const ModelFiles& f = m_.files();
     const bool stream_layers = m_.plan().mode == Residency::kStreamLayers;
-    const std::vector<const gguf::TensorInfo*> list = arena_tensors(f.tensors, !stream_layers);
+    const bool stream_rows = m_.plan().rows_stream();
+    const std::vector<const gguf::TensorInfo*> list = arena_tensors(f.tensors, !stream_layers, !stream_rows);
     const ArenaLayout a = arena_layout(f.records, list);
     DF_ASSIGN(arena_, io::AlignedBuffer::allocate(std::max<uint64_t>(a.bytes, io::kDirectAlignment)));
     std::vector<model::TensorSource::Piece> pieces;
@@ -34,13 +35,19 @@ class CpuBackend final : public BackendModel {
     w_.token_embd = view(f.tensors.token_embd);
     w_.output_norm = view(f.tensors.output_norm);
     w_.output = view(f.tensors.output);
+    w_.rope_freqs = view(f.tensors.rope_freqs);
+    w_.ple_model_proj = view(f.tensors.ple_model_proj);
+    w_.ple_proj_norm = view(f.tensors.ple_proj_norm);
+    if (f.tensors.ple_table) {
+      // Streamed rows keep the table's shape (no data): each row is viewed where its pin holds it.
+      w_.ple_table = stream_rows ? model::mat_of(*f.tensors.ple_table, nullptr) : view(f.tensors.ple_table);
+      w_.ple_rows = stream_rows ? m_.row_tier() : nullptr;
+      DF_CHECK(!stream_rows || w_.ple_rows != nullptr);
+    }
     if (!stream_layers)
       for (const auto& l : f.tensors.layers) {
         model::LayerWeights lw;
-        lw.attn_norm = view(l.attn_norm), lw.wq = view(l.wq), lw.wk = view(l.wk), lw.wv = view(l.wv);
-        lw.wo = view(l.wo), lw.q_norm = view(l.q_norm), lw.k_norm = view(l.k_norm), lw.ffn_norm = view(l.ffn_norm);
-        lw.ffn_gate = view(l.ffn_gate), lw.ffn_up = view(l.ffn_up), lw.ffn_down = view(l.ffn_down);
-        lw.gate_inp = view(l.gate_inp);
+        for (const model::LayerField& fl : model::layer_fields()) lw.*fl.mat = view(l.*fl.tensor);
         w_.layers.push_back(lw);
       }
     w_.layouts = &f.layouts;
@@ -67,7 +74,7 @@ class CpuBackend final : public BackendModel {
 class CpuSequence final : public Sequence {
  public:
   explicit CpuSequence(CpuBackend& b)
-      : b_(b), kv_(b.m_.spec(), b.m_.n_ctx()), forward_(b.m_.spec(), b.w_, b.m_.context()) {}
+      : b_(b), kv_(b.m_.spec(), b.m_.n_ctx()), forward_(cpu::make_forward(b.m_.spec(), b.w_, b.m_.context())) {}
 
   Status eval(std::span<const int32_t> tokens, bool all_logits) override {
     const uint32_t n_batch = std::max<uint32_t>(1, b_.m_.options().n_batch);
@@ -75,15 +82,15 @@ class CpuSequence final : public Sequence {
     all_logits_.clear();
     for (size_t i = 0; i < n; i += n_batch) {
       const size_t m = std::min<size_t>(n_batch, n - i);
-      DF_TRY(forward_.run(tokens.subspan(i, m), kv_, all_logits));
-      if (all_logits) all_logits_.insert(all_logits_.end(), forward_.logits().begin(), forward_.logits().end());
+      DF_TRY(forward_->run(tokens.subspan(i, m), kv_, all_logits));
+      if (all_logits) all_logits_.insert(all_logits_.end(), forward_->logits().begin(), forward_->logits().end());
     }
     rows_all_ = all_logits;
     return {};
   }
   std::span<const float> logits() override {
     if (rows_all_) return all_logits_;
-    const auto& l = forward_.logits();
+    const auto& l = forward_->logits();
     return std::span<const float>(l.data(), std::min<size_t>(l.size(), b_.m_.spec().n_vocab));
   }
   int32_t next_token(sampling::Sampler& sampler, std::span<const int32_t> history) override {
@@ -93,12 +100,12 @@ class CpuSequence final : public Sequence {
   uint32_t n_ctx() const override { return kv_.n_ctx; }
   void truncate(uint32_t n_keep) override { kv_.n_past = std::min(kv_.n_past, n_keep); }
   SessionStats stats() override { return {.backend = "cpu"}; }
-  void set_routing_stats(model::RoutingStats* r) override { forward_.set_routing_stats(r); }
+  void set_routing_stats(model::RoutingStats* r) override { forward_->set_routing_stats(r); }
 
  private:
   CpuBackend& b_;
   cpu::KvCache kv_;
-  cpu::Forward forward_;
+  std::unique_ptr<cpu::ForwardPass> forward_;
   std::vector<float> all_logits_;
   bool rows_all_ = false;
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "diskformer/cache/host_tier.h"
+#include "diskformer/cache/row_cache.h"
+#include "diskformer/engine/row_warmup.h"
 #include "diskformer/engine/tensor_reader.h"
 #include "engine/sequence.h"
 
@@ -17,6 +19,10 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   m->options_ = o;
   DF_ASSIGN(m->files_, open_model_files(path));
   const model::ModelSpec& spec = m->files_->spec;
+  // The CUDA forward has no gemma4 graph yet: refused here, before any GPU work, so that a default CUDA run falls
+  // back to the CPU.
+  if (o.backend == Backend::kCuda && spec.family == model::Family::kGemma4)
+    return Error{path + ": the CUDA backend does not run gemma4 yet (--backend cpu runs it)"};
   m->n_ctx_ = o.n_ctx ? o.n_ctx : std::min<uint32_t>(spec.n_ctx_train ? spec.n_ctx_train : 4096, 4096);
   DF_ASSIGN(m->plan_, plan_weights(*m->files_, m->n_ctx_, o.ram_budget));
   m->pool_ = std::make_unique<cpu::ThreadPool>(o.threads > 0 ? o.threads : cpu::default_thread_count());
@@ -33,6 +39,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
     allocator = cuda_host_allocator();
   }
   if (ram_tier) DF_TRY(m->open_ram_tier(allocator));
+  if (m->plan_.rows_stream()) DF_TRY(m->open_row_tier());
   DF_ASSIGN(std::unique_ptr<TensorReader> reader, TensorReader::open(m->files_->records));
   if (o.backend == Backend::kCuda) {
     DF_ASSIGN(m->backend_, open_cuda_backend(*m, *reader));
@@ -72,6 +79,26 @@ Status Model::open_ram_tier(io::HostAllocator* allocator) {
   return {};
 }
 
+Status Model::open_row_tier() {
+  const ModelFiles& f = *files_;
+  const gguf::TensorInfo* t = f.tensors.ple_table;
+  const auto& tables = f.records.tables();
+  const auto it = std::find_if(tables.begin(), tables.end(), [&](const auto& x) { return x.tensor == t->name; });
+  if (it == tables.end()) return Error{f.records.path() + ": no table " + t->name + " in the record map"};
+  DF_ASSIGN(auto reader, io::Reader::create({}));
+  DF_ASSIGN(const io::FileId fid, reader->open(f.records.path()));
+  DF_ASSIGN(std::unique_ptr<cache::RowCache> rows,
+            cache::RowCache::create(std::move(reader), {.file = fid, .table_offset = it->base,
+                                                        .row_bytes = it->row_bytes, .rows = it->rows,
+                                                        .slots = plan_.row_slots}));
+  const std::vector<cache::RowRange> warm = warm_row_ranges(f.file, uint32_t(it->rows), plan_.row_slots / 2);
+  DF_TRY(rows->warm(warm));
+  row_tier_initial_bytes_ = rows->row_stats().bytes_loaded;
+  rows->reset_stats();
+  row_tier_ = std::move(rows);
+  return {};
+}
+
 std::string Model::describe() const {
   std::string s = "RAM " + plan_.describe();
   const std::string b = backend_->describe();
@@ -80,10 +107,14 @@ std::string Model::describe() const {
 
 ModelStats Model::stats() {
   ModelStats s;
-  s.resident_bytes_read = backend_->bytes_read_at_open() + ram_tier_initial_bytes_;
+  s.resident_bytes_read = backend_->bytes_read_at_open() + ram_tier_initial_bytes_ + row_tier_initial_bytes_;
   if (ram_tier_ && !ram_tier_->resident()) {
     s.ram = ram_tier_->stats();
     s.streamed_bytes_read = s.ram->cache.bytes_loaded;
+  }
+  if (row_tier_) {
+    s.rows = row_tier_->stats();
+    s.streamed_row_bytes = s.rows->cache.bytes_loaded;
   }
   backend_->add_stats(s);
   return s;
@@ -91,6 +122,7 @@ ModelStats Model::stats() {
 
 void Model::reset_stats() {
   if (ram_tier_) ram_tier_->reset_stats();
+  if (row_tier_) row_tier_->reset_stats();
   backend_->reset_stats();
 }
 

@@ -49,9 +49,12 @@ ArenaLayout arena_layout(const store::RecordMap& map, std::span<const gguf::Tens
   return a;
 }
 
-std::vector<const gguf::TensorInfo*> arena_tensors(const model::ModelTensors& t, bool with_layers) {
+std::vector<const gguf::TensorInfo*> arena_tensors(const model::ModelTensors& t, bool with_layers,
+                                                   bool with_row_table) {
   std::vector<const gguf::TensorInfo*> list = {t.token_embd, t.output_norm};
   if (t.output != t.token_embd) list.push_back(t.output);
+  for (auto* g : t.globals()) list.push_back(g);
+  if (t.ple_table && with_row_table) list.push_back(t.ple_table);
   if (with_layers)
     for (const auto& l : t.layers)
       for (auto* x : l.dense()) list.push_back(x);
@@ -64,6 +67,11 @@ std::string WeightPlan::describe() const {
     s += " + " + std::to_string(slots) + " expert records of " + format_size(record_bytes);
   } else if (slots) {
     s += ", " + std::to_string(slots) + " slots of " + format_size(record_bytes);
+  }
+  if (row_table_bytes) {
+    s += rows_stream() ? ", per-layer embedding table on disk through " + std::to_string(row_slots) + " rows of " +
+                             format_size(row_bytes)
+                       : ", per-layer embedding table resident (" + format_size(row_table_bytes) + ")";
   }
   s += ", KV cache " + format_size(kv_bytes) + ", work " + format_size(work_bytes);
   return s + " (model " + format_size(model_bytes) + ")";
@@ -80,7 +88,12 @@ Result<WeightPlan> plan_weights(const ModelFiles& m, uint32_t n_ctx, std::option
   if (expert_records > UINT32_MAX)
     return Error{m.path + ": " + std::to_string(expert_records) + " expert records are more than a tier indexes"};
   const bool stream_layers = budget && !moe;
-  p.resident_bytes = arena_layout(m.records, arena_tensors(m.tensors, !stream_layers)).bytes;
+  const gguf::TensorInfo* table = m.tensors.ple_table;
+  p.resident_bytes = arena_layout(m.records, arena_tensors(m.tensors, !stream_layers, !budget)).bytes;
+  if (table) {
+    p.row_table_bytes = table->n_bytes;
+    p.row_bytes = table->row_bytes();
+  }
   if (moe) {
     p.record_bytes = m.layouts.expert_record_bytes;
     p.n_records = uint32_t(expert_records);
@@ -96,13 +109,28 @@ Result<WeightPlan> plan_weights(const ModelFiles& m, uint32_t n_ctx, std::option
     return p;
   }
   p.mode = moe ? Residency::kStreamExperts : Residency::kStreamLayers;
-  const uint64_t need = p.resident_bytes + uint64_t(p.min_slots) * p.slot_bytes;
+  const uint32_t min_rows = table ? uint32_t(std::min<uint64_t>(kMinRowSlots, table->rows())) : 0;
+  const uint64_t row_reserve = uint64_t(min_rows) * p.row_bytes;
+  const uint64_t need = p.resident_bytes + uint64_t(p.min_slots) * p.slot_bytes + row_reserve;
+  p.min_budget = need;
   if (*budget < need)
     return Error{"RAM budget " + format_size(*budget) + " (" + std::to_string(*budget) +
                  " bytes) is too small for this model: resident weights " + format_size(p.resident_bytes) + " + " +
-                 std::to_string(p.min_slots) + " slots of " + format_size(p.slot_bytes) + " = " + format_size(need) +
-                 " (" + std::to_string(need) + " bytes) at least"};
-  p.slots = uint32_t(std::min<uint64_t>(p.n_records, (*budget - p.resident_bytes) / p.slot_bytes));
+                 std::to_string(p.min_slots) + " slots of " + format_size(p.slot_bytes) +
+                 (table ? " + " + std::to_string(min_rows) + " per-layer embedding rows of " + format_size(p.row_bytes)
+                        : std::string()) +
+                 " = " + format_size(need) + " (" + std::to_string(need) + " bytes) at least"};
+  // The tier's slots first (a layer or expert missed costs far more than a row), then the table where it fits.
+  p.slots = uint32_t(std::min<uint64_t>(p.n_records, (*budget - p.resident_bytes - row_reserve) / p.slot_bytes));
+  if (table) {
+    const uint64_t left = *budget - p.resident_bytes - uint64_t(p.slots) * p.slot_bytes;
+    const uint64_t with_table = arena_layout(m.records, arena_tensors(m.tensors, !stream_layers, true)).bytes;
+    if (with_table - p.resident_bytes <= left) {
+      p.resident_bytes = with_table;
+    } else {
+      p.row_slots = uint32_t(std::min<uint64_t>(table->rows(), left / p.row_bytes));
+    }
+  }
   return p;
 }
 

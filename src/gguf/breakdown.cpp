@@ -18,7 +18,9 @@ std::string_view category_name(TensorCategory c) {
 TensorCategory categorize(std::string_view name) {
   if (name.starts_with("token_embd") || name.starts_with("per_layer_token_embd")) return TensorCategory::TokenEmbedding;
   if (name == "output.weight") return TensorCategory::OutputHead;
-  if (name.find("_exps") != std::string_view::npos) return TensorCategory::RoutedExperts;
+  // An expert tensor's ".scale" (gemma4's per-expert output scale) is one number per expert: the router's step
+  // reads it, dense.
+  if (name.find("_exps") != std::string_view::npos && !name.ends_with(".scale")) return TensorCategory::RoutedExperts;
   if (name.find("_shexp") != std::string_view::npos) return TensorCategory::SharedExperts;
   return TensorCategory::Dense;
 }

@@ -2,8 +2,6 @@
 
 namespace df::model {
 
-namespace {
-
 using gguf::GgmlType;
 using gguf::Value;
 
@@ -16,8 +14,6 @@ uint32_t file_type_code(GgmlType t) {  // llama_ftype's "mostly" values
     default: return 0;
   }
 }
-
-}  // namespace
 
 void set_arch_metadata(gguf::Writer& w, const ArchMetadata& m) {
   const std::string& a = m.arch;

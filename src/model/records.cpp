@@ -24,14 +24,9 @@ Result<RecordLayouts> record_layouts(const ModelSpec& spec, const ModelTensors& 
     if (!lr) return Error{where(map, il) + " has no dense tensors in the record map"};
     LayerLayout& ll = out.layers[il];
     ll.record_bytes = lr->record_bytes;
-    const std::pair<const gguf::TensorInfo*, Mat LayerWeights::*> fields[] = {
-        {lt.attn_norm, &LayerWeights::attn_norm}, {lt.wq, &LayerWeights::wq},
-        {lt.wk, &LayerWeights::wk},               {lt.wv, &LayerWeights::wv},
-        {lt.wo, &LayerWeights::wo},               {lt.q_norm, &LayerWeights::q_norm},
-        {lt.k_norm, &LayerWeights::k_norm},       {lt.ffn_norm, &LayerWeights::ffn_norm},
-        {lt.ffn_gate, &LayerWeights::ffn_gate},   {lt.ffn_up, &LayerWeights::ffn_up},
-        {lt.ffn_down, &LayerWeights::ffn_down},   {lt.gate_inp, &LayerWeights::gate_inp}};
-    for (const auto& [ti, field] : fields) {
+    for (const LayerField& fl : layer_fields()) {
+      const gguf::TensorInfo* ti = lt.*fl.tensor;
+      Mat LayerWeights::*field = fl.mat;
       if (!ti) continue;
       auto it = std::find_if(lr->tensors.begin(), lr->tensors.end(),
                              [&](const store::ImageTensor& x) { return x.name == ti->name; });
@@ -49,15 +44,28 @@ Result<RecordLayouts> record_layouts(const ModelSpec& spec, const ModelTensors& 
                    " experts, the model " + std::to_string(spec.n_expert)};
     ExpertLayout& xl = out.experts[il];
     xl.record_bytes = el->record_bytes;
-    const std::tuple<const gguf::TensorInfo*, Mat*, uint64_t*> parts[] = {
-        {lt.gate_exps, &xl.gate, &xl.gate_at}, {lt.up_exps, &xl.up, &xl.up_at}, {lt.down_exps, &xl.down, &xl.down_at}};
+    // A fused gate_up tensor (gemma4) holds each expert's gate rows, then its up rows: gate and up are its halves.
+    Mat gate_up;
+    uint64_t gate_up_at = 0;
+    const std::tuple<const gguf::TensorInfo*, Mat*, uint64_t*> parts[] = {{lt.gate_exps, &xl.gate, &xl.gate_at},
+                                                                          {lt.up_exps, &xl.up, &xl.up_at},
+                                                                          {lt.gate_up_exps, &gate_up, &gate_up_at},
+                                                                          {lt.down_exps, &xl.down, &xl.down_at}};
     for (const auto& [ti, m, at] : parts) {
+      if (!ti) continue;
       auto it = std::find_if(el->parts.begin(), el->parts.end(),
                              [&](const store::ImageTensor& x) { return x.name == ti->name; });
       if (it == el->parts.end() || it->bytes * spec.n_expert != ti->n_bytes)
         return Error{where(map, il) + ": tensor " + ti->name + " is not in the layer's expert records as bound"};
       *m = mat_of(*ti, nullptr).slice(0, int64_t(ti->rows() / spec.n_expert));
       *at = it->slot_offset;
+    }
+    if (lt.gate_up_exps) {
+      const int64_t F = gate_up.rows / 2;
+      xl.gate = gate_up.slice(0, F);  // shapes only: the halves' places are the offsets
+      xl.up = gate_up.slice(0, F);
+      xl.gate_at = gate_up_at;
+      xl.up_at = gate_up_at + uint64_t(F) * gate_up.row_bytes;
     }
     out.expert_record_bytes = std::max(out.expert_record_bytes, xl.record_bytes);
   }

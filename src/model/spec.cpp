@@ -1,5 +1,7 @@
 #include "diskformer/model/spec.h"
 
+#include "diskformer/model/gemma4.h"
+
 namespace df::model {
 
 const char* family_name(Family f) {
@@ -7,6 +9,7 @@ const char* family_name(Family f) {
     case Family::kLlama: return "llama";
     case Family::kQwen3: return "qwen3";
     case Family::kQwen3Moe: return "qwen3moe";
+    case Family::kGemma4: return "gemma4";
   }
   return "?";
 }
@@ -22,6 +25,12 @@ Result<uint32_t> get_u32(const gguf::File& f, const std::string& key) {
 
 }  // namespace
 
+LayerSpec ModelSpec::layer(uint32_t il) const {
+  if (!layers.empty()) return layers[il];
+  return {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim_k = head_dim_k, .head_dim_v = head_dim_v,
+          .n_rot = n_rot, .rope_base = rope_base, .n_ff = n_ff, .sliding = false, .kv_layer = il};
+}
+
 Result<ModelSpec> spec_from_gguf(const gguf::File& f) {
   ModelSpec s;
   s.arch = f.architecture();
@@ -31,9 +40,11 @@ Result<ModelSpec> spec_from_gguf(const gguf::File& f) {
     s.family = Family::kQwen3;
   } else if (s.arch == "qwen3moe") {
     s.family = Family::kQwen3Moe;
+  } else if (s.arch == "gemma4") {
+    return gemma4_spec_from_gguf(f);
   } else {
     return Error{f.path + ": unsupported architecture '" + s.arch +
-                 "' (general.architecture; supported: llama, qwen3, qwen3moe)"};
+                 "' (general.architecture; supported: llama, qwen3, qwen3moe, gemma4)"};
   }
   const std::string p = s.arch + ".";
   DF_ASSIGN(s.n_layer, get_u32(f, p + "block_count"));

@@ -1,5 +1,7 @@
 #include "diskformer/model/weights.h"
 
+#include "diskformer/model/gemma4.h"
+
 namespace df::model {
 
 namespace {
@@ -53,14 +55,65 @@ bool matmul_type_supported(gguf::GgmlType t) {
   return false;
 }
 
+std::span<const LayerField> layer_fields() {
+  using T = LayerTensors;
+  using W = LayerWeights;
+  static constexpr LayerField kFields[] = {
+      {&T::attn_norm, &W::attn_norm},
+      {&T::wq, &W::wq},
+      {&T::wk, &W::wk},
+      {&T::wv, &W::wv},
+      {&T::wo, &W::wo},
+      {&T::q_norm, &W::q_norm},
+      {&T::k_norm, &W::k_norm},
+      {&T::ffn_norm, &W::ffn_norm},
+      {&T::ffn_gate, &W::ffn_gate},
+      {&T::ffn_up, &W::ffn_up},
+      {&T::ffn_down, &W::ffn_down},
+      {&T::gate_inp, &W::gate_inp},
+      {&T::attn_post_norm, &W::attn_post_norm},
+      {&T::ffn_post_norm, &W::ffn_post_norm},
+      {&T::out_scale, &W::out_scale},
+      {&T::router_scale, &W::router_scale},
+      {&T::ffn_pre_norm_2, &W::ffn_pre_norm_2},
+      {&T::ffn_post_norm_1, &W::ffn_post_norm_1},
+      {&T::ffn_post_norm_2, &W::ffn_post_norm_2},
+      {&T::down_exps_scale, &W::down_exps_scale},
+      {&T::ple_gate, &W::ple_gate},
+      {&T::ple_proj, &W::ple_proj},
+      {&T::ple_post_norm, &W::ple_post_norm},
+  };
+  return kFields;
+}
+
 std::vector<const gguf::TensorInfo*> LayerTensors::dense() const {
   std::vector<const gguf::TensorInfo*> out;
-  for (auto* t : {attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down, gate_inp})
+  for (const LayerField& fl : layer_fields())
+    if (this->*fl.tensor) out.push_back(this->*fl.tensor);
+  return out;
+}
+
+std::vector<const gguf::TensorInfo*> ModelTensors::globals() const {
+  std::vector<const gguf::TensorInfo*> out;
+  for (auto* t : {rope_freqs, ple_model_proj, ple_proj_norm})
     if (t) out.push_back(t);
   return out;
 }
 
+Result<const gguf::TensorInfo*> bind_tensor(const gguf::File& f, const std::string& name, std::vector<uint64_t> want,
+                                            bool matmul) {
+  return Binder{f}.need(name, std::move(want), matmul);
+}
+
+Result<const gguf::TensorInfo*> bind_optional(const gguf::File& f, const std::string& name,
+                                              std::vector<uint64_t> want, bool matmul) {
+  const gguf::TensorInfo* t = f.tensor(name);
+  if (!t) return static_cast<const gguf::TensorInfo*>(nullptr);
+  return Binder{f}.check(t, std::move(want), matmul);
+}
+
 Result<ModelTensors> bind_tensors(const gguf::File& f, const ModelSpec& s) {
+  if (s.family == Family::kGemma4) return bind_gemma4_tensors(f, s);
   Binder b{f};
   ModelTensors m;
   const uint64_t E = s.n_embd, V = s.n_vocab;

@@ -12,9 +12,10 @@ namespace {
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-// gate, up, down first: the order a kernel reads an expert's matrices in.
+// gate, up, down first: the order a kernel reads an expert's matrices in (a fused gate_up tensor first).
 int part_rank(std::string_view name) {
   if (name.find("ffn_gate_exps") != std::string_view::npos) return 0;
+  if (name.find("ffn_gate_up_exps") != std::string_view::npos) return 0;
   if (name.find("ffn_up_exps") != std::string_view::npos) return 1;
   if (name.find("ffn_down_exps") != std::string_view::npos) return 2;
   return 3;

@@ -11,6 +11,7 @@
 #include "diskformer/gguf/writer.h"
 #include "diskformer/model/arch_metadata.h"
 #include "diskformer/util/check.h"
+#include "synth/planned.h"
 #include "synth/rng.h"
 
 namespace df::synth {
@@ -25,14 +26,6 @@ using cpu::f32_to_f16;
 }  // namespace
 
 namespace {
-
-struct Planned {
-  std::string name;
-  GgmlType type;
-  std::vector<uint64_t> shape;
-  enum Kind { Matrix, Norm, Router } kind;
-  float stddev;
-};
 
 std::vector<Planned> plan_tensors(const Shape& s, GgmlType type, std::optional<Mix> mix, uint64_t n_vocab) {
   std::vector<Planned> p;
@@ -85,8 +78,10 @@ constexpr uint64_t kChunkBlocks = 1 << 14;
 
 Status write_model(const Options& o) {
   const Shape& s = o.shape;
-  if (s.arch != "qwen3moe" && s.arch != "qwen3" && s.arch != "llama")
-    return Error{"synth: unsupported architecture '" + s.arch + "' (qwen3moe, qwen3, llama)"};
+  const bool gemma4 = s.arch == "gemma4";
+  if (s.arch != "qwen3moe" && s.arch != "qwen3" && s.arch != "llama" && !gemma4)
+    return Error{"synth: unsupported architecture '" + s.arch + "' (qwen3moe, qwen3, llama, gemma4)"};
+  if (gemma4) DF_TRY(check_gemma4_shape(s));
   if (!o.mix && !supported_type(o.type))
     return Error{"synth: cannot generate type " + std::string(gguf::type_name(o.type)) +
                  " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs, f16, bf16)"};
@@ -99,7 +94,11 @@ Status write_model(const Options& o) {
                  std::to_string(s.n_head_kv)};
   // A mix moves rows that do not fill a block to another type, as llama.cpp's quantizer does.
   const uint32_t block = o.mix ? 1 : gguf::type_info(o.type)->block_elems;
-  for (uint64_t dim : {uint64_t{s.d_model}, uint64_t{s.n_head} * s.head_dim, uint64_t{s.ff}, uint64_t{s.expert_ff}})
+  std::vector<uint64_t> dims = {s.d_model, uint64_t{s.n_head} * s.head_dim, s.ff, s.expert_ff};
+  if (gemma4)
+    for (uint64_t d : {uint64_t{s.n_head} * s.gemma4.head_dim_full, uint64_t{s.gemma4.ple}, uint64_t{s.gemma4.ff_shared}})
+      dims.push_back(d);
+  for (uint64_t dim : dims)
     if (dim % block != 0)
       return Error{"synth: dimension " + std::to_string(dim) + " is not a multiple of the " +
                    std::string(gguf::type_name(o.type)) + " block of " + std::to_string(block)};
@@ -110,7 +109,11 @@ Status write_model(const Options& o) {
   if (n_vocab == 0) return Error{o.tokenizer_from + ": tokenizer.ggml.tokens is empty"};
 
   DF_ASSIGN(gguf::Writer w, gguf::Writer::create(o.out));
-  model::set_arch_metadata(w, {.arch = s.arch,
+  const std::string name = "synthetic " + s.arch + " seed " + std::to_string(o.seed);
+  if (gemma4) {
+    set_gemma4_metadata(w, s, name, o.mix ? uint32_t(*o.mix) : model::file_type_code(o.type));
+  } else {
+    model::set_arch_metadata(w, {.arch = s.arch,
                         .name = "synthetic " + s.arch + " seed " + std::to_string(o.seed),
                         .file_type = o.type,
                         .ftype = o.mix ? uint32_t(*o.mix) : 0,
@@ -127,9 +130,10 @@ Status write_model(const Options& o) {
                         .rope_base = s.rope_base,
                         .rms_eps = s.rms_eps,
                         .n_vocab = n_vocab});
+  }
   model::copy_tokenizer_metadata(w, tok);
 
-  auto tensors = plan_tensors(s, o.type, o.mix, n_vocab);
+  auto tensors = gemma4 ? plan_gemma4_tensors(s, o.type, o.mix, n_vocab) : plan_tensors(s, o.type, o.mix, n_vocab);
   for (const auto& t : tensors) DF_TRY(w.add_tensor(t.name, t.type, t.shape));
   DF_TRY(w.write_header());
 
@@ -148,10 +152,11 @@ Status write_model(const Options& o) {
     for (uint64_t dim : t.shape) n *= dim;
     const uint64_t n_bytes = n / info->block_elems * info->block_bytes;
     if (t.kind != Planned::Matrix && t.kind != Planned::Router) {
-      // Norm weights near 1, as trained models have them.
+      // Norm weights near 1, as trained models have them; or the values given.
       std::vector<float> v(n);
       Rng rng{mix(o.seed, ti)};
       for (auto& x : v) x = 0.9f + 0.2f * rng.uniform();
+      if (t.kind == Planned::Values) v = t.values;
       if (pending.valid()) DF_TRY(pending.get());
       DF_TRY(w.write_data(v.data(), v.size() * 4));
       done += n_bytes;
@@ -187,6 +192,7 @@ Status write_model(const Options& o) {
 }
 
 std::optional<Shape> preset(const std::string& arch, const std::string& name) {
+  if (arch == "gemma4") return gemma4_preset(name);
   Shape s;
   s.arch = arch;
   if (arch == "qwen3moe") {
@@ -227,6 +233,7 @@ std::vector<std::string> preset_names(const std::string& arch) {
   if (arch == "qwen3moe") return {"tiny", "2g", "qwen3-30b-a3b"};
   if (arch == "qwen3") return {"tiny", "small"};
   if (arch == "llama") return {"tiny", "mixtral-tiny", "small"};
+  if (arch == "gemma4") return gemma4_preset_names();
   return {};
 }
 

@@ -66,7 +66,7 @@ TEST_P(SharedModels, KvCacheReuseEqualsRecomputation) {
   EXPECT_EQ(logits_of(fresh), logits_of(reused));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SharedModels, ::testing::Values("qwen3moe-q4_0", "llama-f16", "mixtral-q4_0"),
+INSTANTIATE_TEST_SUITE_P(Models, SharedModels, ::testing::Values("qwen3moe-q4_0", "llama-f16", "mixtral-q4_0", "gemma4-moe-q8_0", "gemma4-e2b-q8_0"),
                          model_param_name);
 
 struct BudgetCase {

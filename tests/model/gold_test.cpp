@@ -18,15 +18,17 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
   auto model = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2});
   ASSERT_TRUE(model.ok()) << model.error().message;
   // The same model streaming from disk under the smallest RAM budget its plan accepts: experts through a pool
-  // of 2 x top-k slots, or layers through 2 slots.
+  // of 2 x top-k slots, or layers through 2 slots; a per-layer embedding table through a row cache of
+  // kMinRowSlots rows.
   const auto& full_plan = (*model)->plan();
   auto probe = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = full_plan.model_bytes});
   ASSERT_TRUE(probe.ok()) << probe.error().message;
   const auto& p = (*probe)->plan();
-  const uint64_t least = p.resident_bytes + uint64_t(p.min_slots) * p.slot_bytes;
+  const uint64_t least = p.min_budget;
   auto streamed = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2, .ram_budget = least});
   ASSERT_TRUE(streamed.ok()) << streamed.error().message;
   ASSERT_NE((*streamed)->plan().mode, engine::Residency::kAllResident);
+  if (p.row_table_bytes) EXPECT_EQ((*streamed)->plan().row_slots, engine::kMinRowSlots);
   // A store of the model, streamed at the same budget: one read per record, the same records.
   const auto store = temp_dir("gold_store_" + name);
   auto ingested = store::ingest({.source = model_path.string(), .dir = store.string(), .force = true});
@@ -54,6 +56,11 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
     const engine::ModelStats st = (*m)->stats();
     ASSERT_TRUE(st.ram.has_value());
     EXPECT_GT(st.ram->cache.misses, 0u);
+    if (p.row_table_bytes) {
+      ASSERT_TRUE(st.rows.has_value());
+      EXPECT_GT(st.rows->cache.misses, 0u);  // rows read from disk, beyond the warm ones
+      EXPECT_GT(st.rows->cache.hits, 0u);
+    }
   }
 }
 
@@ -66,6 +73,11 @@ TEST_P(Gold, GreedyMatchesLlamaCpp) { check_gold(GetParam(), &GoldCase::robust, 
 class GoldStable : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GoldStable, GreedyMatchesLlamaCpp) { check_gold(GetParam(), &GoldCase::stable, "stable"); }
+
+// gemma4, both layouts: 26B-A4B's (sliding and full layers, a dense MLP beside 16 experts) and E2B's (per-layer
+// embeddings, KV shared by the last 5 layers); llama.cpp's CUDA backend parts from its CPU on most of their cases.
+INSTANTIATE_TEST_SUITE_P(Gemma4Models, GoldStable, ::testing::Values("gemma4-moe-q8_0", "gemma4-e2b-q8_0"),
+                         model_param_name);
 
 INSTANTIATE_TEST_SUITE_P(KQuantModels, GoldStable,
                          ::testing::Values("qwen3-q6_k", "qwen3-q2_k", "qwen3moe-q4_k_m", "qwen3moe-q3_k_m",

@@ -57,7 +57,11 @@ struct ModelStats {
   std::optional<cache::TierStats> ram;  // the RAM tier, where one streams
   std::optional<cache::TierStats> gpu;  // the GPU tier, where one streams
   uint32_t gpu_slots = 0;
-  uint64_t bytes_from_disk() const { return resident_bytes_read + streamed_bytes_read; }
+  // The per-layer embedding table's row cache, where its rows stream: lookups (warm rows are hits) and the rows
+  // read from disk since open (warm-up not included) or the last reset.
+  std::optional<cache::TierStats> rows;
+  uint64_t streamed_row_bytes = 0;
+  uint64_t bytes_from_disk() const { return resident_bytes_read + streamed_bytes_read + streamed_row_bytes; }
 };
 
 class BackendModel;  // the backend's side of a model (engine/backend_model.h)
@@ -82,6 +86,8 @@ class Model {
   const WeightPlan& plan() const { return plan_; }
   // The RAM tier of streamed records (experts, or dense layers); nullptr where nothing streams through RAM.
   cache::RecordTier* ram_tier() { return ram_tier_.get(); }
+  // The row cache of the per-layer embedding table (record (0, token id)); nullptr where the table is resident.
+  cache::RecordTier* row_tier() { return row_tier_.get(); }
   // One line each: where the weights are (RAM plan; on CUDA also the GPU's residency).
   std::string describe() const;
   ModelStats stats();
@@ -91,6 +97,7 @@ class Model {
  private:
   Model() = default;
   Status open_ram_tier(io::HostAllocator* allocator);
+  Status open_row_tier();
 
   ModelOptions options_;
   std::unique_ptr<ModelFiles> files_;
@@ -100,6 +107,8 @@ class Model {
   cpu::Context ctx_;
   std::unique_ptr<cache::RecordTier> ram_tier_;
   uint64_t ram_tier_initial_bytes_ = 0;
+  std::unique_ptr<cache::RecordTier> row_tier_;
+  uint64_t row_tier_initial_bytes_ = 0;  // the warm-up's reads
   std::unique_ptr<BackendModel> backend_;
 };
 

@@ -7,6 +7,9 @@
 //                   streamed = routed experts, one (layer, expert) record per slot.
 //   dense, budget:  resident = embeddings, output head, final norm; streamed = whole layers, one layer per slot, the
 //                   next layer read while the current one computes.
+// A per-layer embedding table (gemma4 E2B's per_layer_token_embd: one row per token, every layer's slice) stays in
+// the arena where the budget holds it after the tier's slots; otherwise its rows stream from disk through a row
+// cache of at least kMinRowSlots rows, half of them warmed at open with the ids real text uses most.
 // Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers
 // weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV cache and work buffers
 // come on top and are reported beside it. A budget that cannot hold the resident weights plus the minimum slots is
@@ -42,9 +45,18 @@ struct WeightPlan {
   uint32_t n_records = 0;       // records the tier serves
   uint32_t slots = 0;           // records the tier holds
   uint32_t min_slots = 0;       // the fewest slots that can run at all
+  uint64_t min_budget = 0;      // under a budget: the smallest one accepted (resident + minimum slots and rows)
+  // The per-layer embedding table: in the arena (row_slots 0) or through a row cache of row_slots rows.
+  uint64_t row_table_bytes = 0;  // 0: the model has none
+  uint64_t row_bytes = 0;        // one token's row
+  uint32_t row_slots = 0;
 
   bool records_resident() const { return slots > 0 && slots == n_records && mode == Residency::kAllResident; }
-  uint64_t weight_bytes() const { return resident_bytes + uint64_t(slots) * slot_bytes; }  // what the budget covers
+  bool rows_stream() const { return row_slots > 0; }
+  // What the budget covers.
+  uint64_t weight_bytes() const {
+    return resident_bytes + uint64_t(slots) * slot_bytes + uint64_t(row_slots) * row_bytes;
+  }
   uint64_t total_bytes() const { return weight_bytes() + kv_bytes + work_bytes; }
   std::string describe() const;  // one line for logs
 };
@@ -60,8 +72,13 @@ struct ArenaLayout {
 };
 ArenaLayout arena_layout(const store::RecordMap& map, std::span<const gguf::TensorInfo* const> tensors);
 
-// The tensors a CPU run keeps in its arena: embeddings, final norm, output head (when untied), and each layer's
-// dense tensors unless the layers stream.
-std::vector<const gguf::TensorInfo*> arena_tensors(const model::ModelTensors& t, bool with_layers);
+// The tensors a CPU run keeps in its arena: embeddings, final norm, output head (when untied), the other tensors
+// outside the blocks (ModelTensors::globals), the per-layer embedding table unless its rows stream, and each
+// layer's dense tensors unless the layers stream.
+std::vector<const gguf::TensorInfo*> arena_tensors(const model::ModelTensors& t, bool with_layers,
+                                                   bool with_row_table = true);
+
+// The fewest rows a row cache of the per-layer embedding table may have.
+constexpr uint32_t kMinRowSlots = 256;
 
 }  // namespace df::engine

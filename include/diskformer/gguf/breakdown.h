@@ -12,7 +12,8 @@ namespace df::gguf {
 
 enum class TensorCategory { TokenEmbedding, OutputHead, Dense, RoutedExperts, SharedExperts };
 std::string_view category_name(TensorCategory c);
-// By llama.cpp's tensor names: token_embd*, output.weight, *_exps, *_shexp, and everything else dense.
+// By llama.cpp's tensor names: token_embd*, output.weight, *_exps (but not *_exps.scale), *_shexp, and everything
+// else dense.
 TensorCategory categorize(std::string_view tensor_name);
 
 struct ExpertLayer {

@@ -24,6 +24,8 @@ struct ArchMetadata {
 
 // general.* and ARCH.* keys, in the order llama.cpp's converter writes them.
 void set_arch_metadata(gguf::Writer& w, const ArchMetadata& m);
+// general.file_type's llama_ftype code of a file whose matrices are mostly of type t (0 where none applies).
+uint32_t file_type_code(gguf::GgmlType t);
 // Every tokenizer.* key of `from` (vocabulary, merges, scores, special ids, chat template).
 void copy_tokenizer_metadata(gguf::Writer& w, const gguf::File& from);
 

@@ -2,7 +2,8 @@
 // same bytes whether they come from the GGUF in place or from a repacked store):
 //
 //   expert (layer L, expert e):  gate [n_ff_expert] x [n_embd], up (same), down [n_embd] x [n_ff_expert], back to
-//                                back in that order (each its own type: a K-quant mix may give down another one)
+//                                back in that order (each its own type: a K-quant mix may give down another one);
+//                                gemma4's fused gate_up [2 n_ff_expert] x [n_embd] is gate then up, then down
 //   layer  (layer L):            every dense tensor of blk.L at its 256-byte-aligned offset
 //
 // A layout holds each matrix's type and shape (data null) and its offset inside the image; expert_at() and

@@ -32,8 +32,21 @@ struct LayerTensors {
   const gguf::TensorInfo* gate_exps = nullptr;  // [n_expert][n_ff_expert] x [n_embd]
   const gguf::TensorInfo* up_exps = nullptr;    // [n_expert][n_ff_expert] x [n_embd]
   const gguf::TensorInfo* down_exps = nullptr;  // [n_expert][n_embd] x [n_ff_expert]
+  // gemma4 (model/gemma4.h)
+  const gguf::TensorInfo* attn_post_norm = nullptr;   // post_attention_norm [n_embd] f32
+  const gguf::TensorInfo* ffn_post_norm = nullptr;    // post_ffw_norm [n_embd] f32: the feed-forward output's norm
+  const gguf::TensorInfo* out_scale = nullptr;        // layer_output_scale [1] f32: scales the residual stream
+  const gguf::TensorInfo* router_scale = nullptr;     // ffn_gate_inp.scale [n_embd] f32: the router input's scale
+  const gguf::TensorInfo* ffn_pre_norm_2 = nullptr;   // pre_ffw_norm_2 [n_embd] f32: the experts' input norm
+  const gguf::TensorInfo* ffn_post_norm_1 = nullptr;  // post_ffw_norm_1 [n_embd] f32: the dense MLP's output norm
+  const gguf::TensorInfo* ffn_post_norm_2 = nullptr;  // post_ffw_norm_2 [n_embd] f32: the experts' sum's norm
+  const gguf::TensorInfo* down_exps_scale = nullptr;  // ffn_down_exps.scale [n_expert] f32: each expert's output
+  const gguf::TensorInfo* gate_up_exps = nullptr;     // [n_expert][2 n_ff_expert] x [n_embd]: gate rows, then up
+  const gguf::TensorInfo* ple_gate = nullptr;         // inp_gate [n_embd_per_layer] x [n_embd]
+  const gguf::TensorInfo* ple_proj = nullptr;         // proj [n_embd] x [n_embd_per_layer]
+  const gguf::TensorInfo* ple_post_norm = nullptr;    // post_norm [n_embd] f32
 
-  bool moe() const { return gate_exps != nullptr; }
+  bool moe() const { return gate_exps != nullptr || gate_up_exps != nullptr; }
   // Every tensor of the block except the routed experts, in file order of the fields above.
   std::vector<const gguf::TensorInfo*> dense() const;
 };
@@ -43,10 +56,27 @@ struct ModelTensors {
   const gguf::TensorInfo* output_norm = nullptr;  // [n_embd] f32
   const gguf::TensorInfo* output = nullptr;       // [n_vocab] x [n_embd]; token_embd where the file has no output
   std::vector<LayerTensors> layers;
+  // gemma4
+  const gguf::TensorInfo* rope_freqs = nullptr;      // [head_dim_k / 2] f32: the full layers' frequency divisors
+  const gguf::TensorInfo* ple_table = nullptr;       // per_layer_token_embd [n_vocab] x [n_layer * n_embd_per_layer]
+  const gguf::TensorInfo* ple_model_proj = nullptr;  // per_layer_model_proj [n_layer * n_embd_per_layer] x [n_embd]
+  const gguf::TensorInfo* ple_proj_norm = nullptr;   // per_layer_proj_norm [n_embd_per_layer] f32
+
+  // Tensors outside the blocks that every token reads besides the embeddings and the head (rope_freqs, the PLE
+  // projection and its norm), in file order of the fields.
+  std::vector<const gguf::TensorInfo*> globals() const;
 };
 
 // Finds every tensor the family needs and checks its shape and type; errors name the file and the tensor.
 Result<ModelTensors> bind_tensors(const gguf::File& f, const ModelSpec& spec);
+
+// One tensor for a binding: present, of the expected ggml shape (want[0] = row length; trailing 1s ignored) and of
+// a type the kernels multiply (matmul) or f32; errors name the file, the tensor and the offset of its record.
+Result<const gguf::TensorInfo*> bind_tensor(const gguf::File& f, const std::string& name, std::vector<uint64_t> want,
+                                            bool matmul);
+// The same where the tensor may be absent (nullptr then).
+Result<const gguf::TensorInfo*> bind_optional(const gguf::File& f, const std::string& name,
+                                              std::vector<uint64_t> want, bool matmul);
 
 // Weight types the CPU kernels multiply: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K, IQ4_XS.
 bool matmul_type_supported(gguf::GgmlType t);
@@ -57,9 +87,21 @@ struct LayerWeights {
   Mat attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm;
   Mat ffn_gate, ffn_up, ffn_down;
   Mat gate_inp;
+  // gemma4, as LayerTensors
+  Mat attn_post_norm, ffn_post_norm, out_scale, router_scale, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2;
+  Mat down_exps_scale, ple_gate, ple_proj, ple_post_norm;
 };
 
-// One routed expert: gate and up [n_ff_expert] x [n_embd], down [n_embd] x [n_ff_expert].
+// A block's dense tensor: its binding and its view.
+struct LayerField {
+  const gguf::TensorInfo* LayerTensors::*tensor;
+  Mat LayerWeights::*mat;
+};
+// Every dense tensor field of a block (all but the routed experts), in the order LayerTensors declares them.
+std::span<const LayerField> layer_fields();
+
+// One routed expert: gate and up [n_ff_expert] x [n_embd], down [n_embd] x [n_ff_expert]. A fused gate_up tensor
+// (gemma4) gives gate and up as its two halves.
 struct ExpertWeights {
   Mat gate, up, down;
 };

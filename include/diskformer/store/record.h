@@ -2,8 +2,9 @@
 // image" per kind and layer; a RecordMap says which byte ranges of which file fill which parts of that image.
 //
 //   kExpert   (layer L, expert e): the e-th slice of each routed-expert tensor of blk.L, back to back in the order
-//             gate, up, down (then any other *_exps tensor of the layer, in file order). A [n_in, n_out, n_exp]
-//             tensor's slice e is contiguous: n_bytes / n_exp bytes at offset + e * n_bytes / n_exp.
+//             gate (or a fused gate_up), up, down (then any other *_exps tensor of the layer, in file order). A
+//             [n_in, n_out, n_exp] tensor's slice e is contiguous: n_bytes / n_exp bytes at offset + e * n_bytes /
+//             n_exp.
 //   kTableRow (table t, row r): row r of a lookup table (t indexes tables(): token_embd first, then
 //             per_layer_token_embd where present).
 //   kLayer    (layer L, index 0): every tensor of blk.L except its routed experts (those are kExpert records), in

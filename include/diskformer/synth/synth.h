@@ -15,8 +15,23 @@
 
 namespace df::synth {
 
+// gemma4's own shape beyond Shape's common fields (there n_head_kv, head_dim and ff are the sliding layers'; with
+// experts every layer has them beside its dense MLP).
+struct Gemma4Shape {
+  uint32_t period = 6;          // layers per group of sliding layers closed by one full layer
+  uint32_t head_dim_full = 512;
+  uint32_t n_head_kv_full = 1;
+  uint32_t window = 1024;       // sliding_window
+  uint32_t n_kv_shared = 0;     // the last layers that reuse earlier layers' KV
+  uint32_t ple = 0;             // per-layer embedding width (0: none)
+  uint32_t ff_shared = 0;       // dense width of the KV-shared layers (E2B's double-wide MLP); 0: ff
+  bool full_k_is_v = false;     // full layers without attn_v (26B-A4B: K doubles as V)
+  double rope_base_swa = 1e4;
+  double softcap = 30;
+};
+
 struct Shape {
-  std::string arch;            // "qwen3moe", "qwen3" or "llama"
+  std::string arch;            // "qwen3moe", "qwen3", "llama" or "gemma4"
   uint32_t n_layer = 4;
   uint32_t d_model = 64;
   uint32_t n_head = 2;
@@ -25,10 +40,11 @@ struct Shape {
   uint32_t ff = 192;           // dense FFN width (qwen3moe: written as feed_forward_length, unused by its layers)
   uint32_t n_expert = 0;       // 0: dense FFN in every layer
   uint32_t n_expert_used = 0;
-  uint32_t expert_ff = 0;      // routed expert FFN width (qwen3moe); llama's Mixtral layout uses ff
+  uint32_t expert_ff = 0;      // routed expert FFN width (qwen3moe, gemma4); llama's Mixtral layout uses ff
   uint32_t context = 4096;
   double rope_base = 1e6;
   double rms_eps = 1e-6;
+  Gemma4Shape gemma4;          // arch "gemma4" only
 };
 
 // Preset names per architecture ("tiny", ..., "qwen3-30b-a3b"); nullopt when unknown.

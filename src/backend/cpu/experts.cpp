@@ -5,7 +5,7 @@
 namespace df::cpu {
 
 void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std::span<const int64_t> first,
-                     const float* in, float* out, ExpertScratch& scratch) {
+                     const float* in, float* out, ExpertScratch& scratch, GateActivation act) {
   DF_CHECK(first.size() == ew.size() + 1);
   if (ew.empty()) return;
   const int64_t E = ew[0].gate.cols, F = ew[0].gate.rows, rows = first.back();
@@ -19,7 +19,11 @@ void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std
     jobs.push_back({&ew[i].up, in + first[i] * E, m, scratch.up.data() + first[i] * F, /*per_row=*/true});
   }
   matmul_many(ctx, jobs);
-  swiglu(scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
+  if (act == GateActivation::kGeGlu) {
+    geglu(scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
+  } else {
+    swiglu(scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
+  }
   jobs.clear();
   for (size_t i = 0; i < ew.size(); ++i) {
     const int64_t m = first[i + 1] - first[i];

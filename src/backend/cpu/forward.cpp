@@ -157,75 +157,20 @@ Status Forward::moe_ffn(const model::LayerWeights& lw, uint32_t il, int64_t n) {
   ensure(b_.router, n * X);
   ensure(b_.expert_out, n * K * E);
   matmul(lw.gate_inp, b_.xn.data(), n, b_.router.data());
-
-  // Routing: softmax over all experts, the top K by probability, weights renormalized over the K.
-  std::vector<int32_t> sel(n * K);
-  std::vector<float> wsel(n * K);
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> users(X);  // expert -> (token, slot k)
-  for (int64_t t = 0; t < n; ++t) {
-    float* p = b_.router.data() + t * X;
-    softmax(p, X);
-    std::vector<int32_t> order(X);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-    double sum = 0.0;
-    for (int64_t k = 0; k < K; ++k) sum += double(p[order[k]]);
-    const float fsum = std::max(float(sum), 6.103515625e-5f);
-    for (int64_t k = 0; k < K; ++k) {
-      sel[t * K + k] = order[k];
-      wsel[t * K + k] = s_.norm_topk ? p[order[k]] / fsum : p[order[k]];
-      users[order[k]].push_back({t, k});
-    }
-  }
+  // Softmax over all experts, the top K by probability, weights renormalized over the K.
+  route_top_k(b_.router.data(), n, X, K, s_.norm_topk, route_);
   stats_.expert_uses += uint64_t(n * K);
-  if (routing_) routing_->record(il, sel.data(), n);
-
-  cache::RecordTier& tier = *w_.expert_tier;
-  const uint32_t next = il + 1;
-  model::schedule_moe({.ids = sel, .n_tok = int32_t(n), .n_used = int32_t(K), .n_expert = int32_t(X),
-                       .max_group = tier.max_acquire(),
-                       .guess = guess_,
-                       .next_resident = [&](int32_t e) { return tier.contains(next, e); }},
-                      schedule_);
-  const model::ExpertLayout& layout = w_.layouts->experts[il];
-  // Each group of experts is made resident at once; each expert runs once over the tokens routed to it and its
-  // outputs land in the (token, slot) rows.
-  std::vector<model::ExpertWeights> ew;
-  std::vector<int64_t> first;
-  for (size_t g = 0; g < schedule_.groups.size(); ++g) {
-    const auto [g0, g1] = schedule_.groups[g];
-    std::span<const int32_t> ids(schedule_.gpu.data() + g0, size_t(g1 - g0));
-    DF_ASSIGN(cache::Pins pins, tier.acquire(il, ids));
-    // Reads ahead for the next layer start once this group's records are pinned, so they never take its slots.
-    if (g == 0 && !schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);
-    ew.clear();
-    first.assign(1, 0);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      ew.push_back(model::expert_at(layout, pins.data(i)));
-      first.push_back(first.back() + int64_t(users[ids[i]].size()));
-    }
-    const int64_t m_all = first.back();
-    ensure(b_.gather, m_all * E);
-    ensure(b_.down, m_all * E);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const auto& u = users[ids[i]];
-      for (size_t j = 0; j < u.size(); ++j)
-        std::copy_n(b_.xn.data() + u[j].first * E, E, b_.gather.data() + (first[i] + int64_t(j)) * E);
-    }
-    expert_products(ctx_, ew, first, b_.gather.data(), b_.down.data(), b_.experts);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const auto& u = users[ids[i]];
-      for (size_t j = 0; j < u.size(); ++j)
-        std::copy_n(b_.down.data() + (first[i] + int64_t(j)) * E, E,
-                    b_.expert_out.data() + (u[j].first * K + u[j].second) * E);
-    }
-  }
+  if (routing_) routing_->record(il, route_.sel.data(), n);
+  DF_TRY(routed_expert_rows(ctx_,
+                            {.tier = w_.expert_tier, .layout = &w_.layouts->experts[il], .layer = il, .n_expert = X,
+                             .n_embd = E, .guess = guess_},
+                            route_, n, b_.xn.data(), b_.expert_out.data(), b_.routed));
   // Weighted sum in routing order, as llama.cpp adds the experts' views one after another.
   for (int64_t t = 0; t < n; ++t) {
     float* out = b_.proj.data() + t * E;
     for (int64_t k = 0; k < K; ++k) {
       const float* eo = b_.expert_out.data() + (t * K + k) * E;
-      const float w = wsel[t * K + k];
+      const float w = route_.weight[t * K + k];
       for (int64_t i = 0; i < E; ++i) out[i] = k == 0 ? eo[i] * w : out[i] + eo[i] * w;
     }
   }

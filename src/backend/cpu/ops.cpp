@@ -192,18 +192,24 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
   for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
   const float mean = float(sum / double(n));
   const float scale = 1.0f / std::sqrt(mean + eps);
+  if (!weight) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * weight[i];
 }
 
-void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float base, model::RopeStyle style) {
+void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float base, model::RopeStyle style,
+          const float* freq_factors) {
   // cos/sin per pair, the angle advanced by repeated multiplication as ggml's rope cache does.
   float cs[1024], sn[1024];
   DF_CHECK(n_rot / 2 <= 1024);
   const float theta_scale = std::pow(base, -2.0f / float(n_rot));
   float theta = float(pos);
   for (int i = 0; i < n_rot / 2; ++i) {
-    cs[i] = std::cos(theta);
-    sn[i] = std::sin(theta);
+    const float t = freq_factors ? theta / freq_factors[i] : theta;
+    cs[i] = std::cos(t);
+    sn[i] = std::sin(t);
     theta *= theta_scale;
   }
   for (int h = 0; h < n_heads; ++h) {
@@ -255,8 +261,9 @@ void attention(Context& ctx, const AttentionArgs& a) {
     k.to_f16(a.q + (t * a.n_head + h) * a.head_dim_k, q16, a.head_dim_k);
     std::fill_n(acc16, a.head_dim_v, uint16_t{0});
     float m = -INFINITY, s_sum = 0.0f;
-    const int64_t last = a.pos0 + t;  // causal: keys 0..last
-    for (int64_t j = 0; j <= last; ++j) {
+    const int64_t last = a.pos0 + t;  // causal: keys 0..last; ggml skips masked keys before any update
+    const int64_t first = a.window > 0 ? std::max<int64_t>(0, last - a.window + 1) : 0;
+    for (int64_t j = first; j <= last; ++j) {
       const float s = k.dot_f16_single(a.head_dim_k, a.k + j * kv_k + int64_t(g) * a.head_dim_k, q16) * a.scale;
       float ms = 1.0f, vs = 1.0f;
       if (s > m) {

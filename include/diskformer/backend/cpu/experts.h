@@ -17,9 +17,13 @@ struct ExpertScratch {
   std::vector<float> gate, up;  // [rows][n_ff_expert]
 };
 
+// How an expert combines its gate and up products: silu(gate) * up (SwiGLU), or gelu(gate) * up (GEGLU, gemma4).
+enum class GateActivation { kSwiGlu, kGeGlu };
+
 // in: [rows][n_embd] inputs grouped by expert: expert i's rows are [first[i], first[i + 1]) (first has
-// ew.size() + 1 entries); out: [rows][n_embd], each row its expert's SwiGLU FFN of the input row.
+// ew.size() + 1 entries); out: [rows][n_embd], each row its expert's gated FFN of the input row.
 void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std::span<const int64_t> first,
-                     const float* in, float* out, ExpertScratch& scratch);
+                     const float* in, float* out, ExpertScratch& scratch,
+                     GateActivation act = GateActivation::kSwiGlu);
 
 }  // namespace df::cpu

@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "diskformer/backend/cpu/experts.h"
 #include "diskformer/backend/cpu/kv_cache.h"
 #include "diskformer/backend/cpu/ops.h"
+#include "diskformer/backend/cpu/routed_experts.h"
 #include "diskformer/cache/tier.h"
 #include "diskformer/model/moe_schedule.h"
 #include "diskformer/model/records.h"
@@ -28,6 +30,11 @@ struct ForwardWeights {
   cache::RecordTier* layer_tier = nullptr;     // dense layers, record (layer, 0), when `layers` is empty
   cache::RecordTier* expert_tier = nullptr;    // MoE models: routed experts, record (layer, expert)
   const model::RecordLayouts* layouts = nullptr;  // the tiers' record images
+  // gemma4 (forward_gemma4.h)
+  model::Mat rope_freqs;                       // [head_dim_k / 2] f32
+  model::Mat ple_model_proj, ple_proj_norm;    // [n_layer * P] x [n_embd], [P] f32 (P = n_embd_per_layer)
+  model::Mat ple_table;                        // [n_vocab] x [n_layer * P], where resident
+  cache::RecordTier* ple_rows = nullptr;       // else its rows, record (0, token id), through a row tier
 };
 
 // Activations of one batch; sized on first use and reused.
@@ -41,10 +48,8 @@ struct ForwardBuffers {
   std::vector<float> gate, up;  // [n_tok][n_ff] (dense layers)
   std::vector<float> router;  // [n_tok][n_expert]
   std::vector<float> expert_out;  // [n_tok][n_expert_used][n_embd]
-  std::vector<float> gather;  // [routed (token, expert) pairs][n_embd] inputs, grouped by expert
-  std::vector<float> down;    // [routed pairs][n_embd] expert outputs, grouped by expert
   std::vector<float> logits;  // [n_out][n_vocab]
-  ExpertScratch experts;
+  RoutedScratch routed;
 };
 
 // Routing counters for the cache statistics and the benchmarks.
@@ -53,20 +58,33 @@ struct ForwardStats {
   uint64_t expert_uses = 0;  // (token, expert) pairs routed
 };
 
-class Forward {
+// A family's forward pass, as the engine drives it: Forward (llama, qwen3, qwen3moe) or Gemma4Forward.
+class ForwardPass {
+ public:
+  virtual ~ForwardPass() = default;
+  // Runs tokens at positions kv.n_past .. kv.n_past + n - 1, appends their keys and values, and leaves the logits of
+  // the last token (all_logits: of every token, [n][n_vocab]) in logits(). Errors: context overflow, a token id out
+  // of the vocabulary, a failed read of a streamed record.
+  virtual Status run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits) = 0;
+  virtual const std::vector<float>& logits() const = 0;
+  virtual const ForwardStats& stats() const = 0;
+  // Where the routers send tokens, recorded while set (nullptr: not recorded). Not owned.
+  virtual void set_routing_stats(model::RoutingStats* r) = 0;
+};
+
+// The forward pass of the spec's family; spec and weights must outlive it.
+std::unique_ptr<ForwardPass> make_forward(const model::ModelSpec& spec, const ForwardWeights& weights, Context& ctx);
+
+class Forward final : public ForwardPass {
  public:
   // spec and weights must outlive the forward.
   Forward(const model::ModelSpec& spec, const ForwardWeights& weights, Context& ctx)
       : s_(spec), w_(weights), ctx_(ctx) {}
 
-  // Runs tokens at positions kv.n_past .. kv.n_past + n - 1, appends their keys and values, and leaves the logits of
-  // the last token (all_logits: of every token, [n][n_vocab]) in logits(). Errors: context overflow, a token id out
-  // of the vocabulary, a failed read of a streamed record.
-  Status run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits = false);
-  const std::vector<float>& logits() const { return b_.logits; }
-  const ForwardStats& stats() const { return stats_; }
-  // Where the routers send tokens, recorded while set (nullptr: not recorded). Not owned.
-  void set_routing_stats(model::RoutingStats* r) { routing_ = r; }
+  Status run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits = false) override;
+  const std::vector<float>& logits() const override { return b_.logits; }
+  const ForwardStats& stats() const override { return stats_; }
+  void set_routing_stats(model::RoutingStats* r) override { routing_ = r; }
 
  private:
   Status attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv);
@@ -85,7 +103,7 @@ class Forward {
   model::RoutingStats* routing_ = nullptr;
   cache::Pins layer_pin_;  // the streamed dense layer being computed
   std::vector<int32_t> guess_;  // the next layer's guessed experts (empty: none)
-  model::MoeSchedule schedule_;
+  Routing route_;  // the current MoE layer's choice
   // llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not
   // reproduced here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal
   // its batched results wherever the two agree (the gold files' stable cases).

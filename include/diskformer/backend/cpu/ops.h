@@ -39,17 +39,25 @@ struct MatmulJob {
 };
 void matmul_many(Context& ctx, std::span<const MatmulJob> jobs);
 
-// y = x / sqrt(mean(x^2) + eps) * weight, n elements (ggml's rms_norm then mul; the square sum in double).
+// y = x / sqrt(mean(x^2) + eps) * weight, n elements (ggml's rms_norm then mul; the square sum in double); without
+// the multiply where weight is nullptr.
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y);
 
-// Rotates the first n_rot dimensions of each of n_heads heads of head_dim floats at position pos.
-void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float base, model::RopeStyle style);
+// Rotates the first n_rot dimensions of each of n_heads heads of head_dim floats at position pos. freq_factors
+// ([n_rot / 2], or nullptr) divide each pair's angle (ggml's rope with frequency factors).
+void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float base, model::RopeStyle style,
+          const float* freq_factors = nullptr);
 
 // Row `row` of an embedding table, dequantized to floats ([w.cols]).
 void get_row(const model::Mat& w, int64_t row, float* out);
 
 // y[i] = silu(gate[i]) * up[i], n a whole number of rows whose length is a multiple of 8 (Kernels::swiglu).
 void swiglu(const float* gate, const float* up, int64_t n, float* y);
+
+// GELU as llama.cpp's CPU backend computes it (its tanh form looked up in a table of f16 inputs; x <= -10 gives 0,
+// x >= 10 gives x): y[i] = gelu(x[i]), and y[i] = gelu(gate[i]) * up[i] (GEGLU). gelu.cpp.
+void gelu(const float* x, int64_t n, float* y);
+void geglu(const float* gate, const float* up, int64_t n, float* y);
 
 // In-place softmax over n values, as ggml's soft_max computes it (its vector exponential, sums in double).
 void softmax(float* x, int64_t n);
@@ -66,6 +74,7 @@ struct AttentionArgs {
   int n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
   int64_t pos0 = 0, n_tok = 0;
   float scale = 1.0f;
+  int64_t window = 0;  // > 0: the query at position p sees keys p - window + 1 .. p only (a sliding layer)
 };
 void attention(Context& ctx, const AttentionArgs& a);
 
