@@ -30,7 +30,14 @@ Result<RecordLayouts> record_layouts(const ModelSpec& spec, const ModelTensors& 
         {lt.wo, &LayerWeights::wo},               {lt.q_norm, &LayerWeights::q_norm},
         {lt.k_norm, &LayerWeights::k_norm},       {lt.ffn_norm, &LayerWeights::ffn_norm},
         {lt.ffn_gate, &LayerWeights::ffn_gate},   {lt.ffn_up, &LayerWeights::ffn_up},
-        {lt.ffn_down, &LayerWeights::ffn_down},   {lt.gate_inp, &LayerWeights::gate_inp}};
+        {lt.ffn_down, &LayerWeights::ffn_down},   {lt.gate_inp, &LayerWeights::gate_inp},
+        {lt.ssm_qkv, &LayerWeights::ssm_qkv},     {lt.ssm_z, &LayerWeights::ssm_z},
+        {lt.ssm_conv, &LayerWeights::ssm_conv},   {lt.ssm_dt_bias, &LayerWeights::ssm_dt_bias},
+        {lt.ssm_a, &LayerWeights::ssm_a},         {lt.ssm_beta, &LayerWeights::ssm_beta},
+        {lt.ssm_alpha, &LayerWeights::ssm_alpha}, {lt.ssm_norm, &LayerWeights::ssm_norm},
+        {lt.ssm_out, &LayerWeights::ssm_out},     {lt.gate_inp_shexp, &LayerWeights::gate_inp_shexp},
+        {lt.gate_shexp, &LayerWeights::gate_shexp}, {lt.up_shexp, &LayerWeights::up_shexp},
+        {lt.down_shexp, &LayerWeights::down_shexp}};
     for (const auto& [ti, field] : fields) {
       if (!ti) continue;
       auto it = std::find_if(lr->tensors.begin(), lr->tensors.end(),

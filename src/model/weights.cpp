@@ -1,5 +1,8 @@
 #include "diskformer/model/weights.h"
 
+#include "diskformer/model/qwen35.h"
+#include "tensor_binder.h"
+
 namespace df::model {
 
 namespace {
@@ -10,41 +13,6 @@ constexpr gguf::GgmlType kMatmulTypes[] = {
     gguf::GgmlType::Q3_K, gguf::GgmlType::Q4_K, gguf::GgmlType::Q5_K, gguf::GgmlType::Q6_K,   gguf::GgmlType::IQ4_XS,
 };
 
-std::string supported_type_names() {
-  std::string s;
-  for (auto t : kMatmulTypes) s += (s.empty() ? "" : ", ") + std::string(gguf::type_name(t));
-  return s;
-}
-
-std::string shape_text(const std::vector<uint64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-struct Binder {
-  const gguf::File& f;
-
-  // want: the expected ggml shape (shape[0] = row length).
-  Result<const gguf::TensorInfo*> need(const std::string& name, std::vector<uint64_t> want, bool matmul) {
-    const gguf::TensorInfo* t = f.tensor(name);
-    if (!t) return Error{f.path + ": tensor " + name + " is missing"};
-    return check(t, std::move(want), matmul);
-  }
-  Result<const gguf::TensorInfo*> check(const gguf::TensorInfo* t, std::vector<uint64_t> want, bool matmul) {
-    std::vector<uint64_t> got = t->shape;
-    while (got.size() > want.size() && got.back() == 1) got.pop_back();
-    if (got != want)
-      return Error{f.path + ": tensor " + t->name + " has shape " + shape_text(t->shape) + ", expected " +
-                   shape_text(want) + " (at offset " + std::to_string(t->info_offset) + ")"};
-    if (matmul ? !matmul_type_supported(t->type) : t->type != gguf::GgmlType::F32)
-      return Error{f.path + ": tensor " + t->name + " has unsupported type " +
-                   std::string(gguf::type_name(t->type)) +
-                   (matmul ? " (supported: " + supported_type_names() + ")" : " (norm weights must be f32)")};
-    return t;
-  }
-};
-
 }  // namespace
 
 bool matmul_type_supported(gguf::GgmlType t) {
@@ -53,9 +21,17 @@ bool matmul_type_supported(gguf::GgmlType t) {
   return false;
 }
 
+std::string matmul_type_names() {
+  std::string s;
+  for (auto t : kMatmulTypes) s += (s.empty() ? "" : ", ") + std::string(gguf::type_name(t));
+  return s;
+}
+
 std::vector<const gguf::TensorInfo*> LayerTensors::dense() const {
   std::vector<const gguf::TensorInfo*> out;
-  for (auto* t : {attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down, gate_inp})
+  for (auto* t : {attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm, ffn_gate, ffn_up, ffn_down, gate_inp, ssm_qkv,
+                  ssm_z, ssm_conv, ssm_dt_bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out, gate_inp_shexp,
+                  gate_shexp, up_shexp, down_shexp})
     if (t) out.push_back(t);
   return out;
 }
@@ -72,6 +48,11 @@ Result<ModelTensors> bind_tensors(const gguf::File& f, const ModelSpec& s) {
     m.output = m.token_embd;
   }
   for (uint32_t il = 0; il < s.n_layer; ++il) {
+    if (s.family == Family::kQwen35Moe) {
+      DF_ASSIGN(LayerTensors l, bind_qwen35moe_layer(f, s, il));
+      m.layers.push_back(l);
+      continue;
+    }
     const std::string p = "blk." + std::to_string(il) + ".";
     LayerTensors l;
     DF_ASSIGN(l.attn_norm, b.need(p + "attn_norm.weight", {E}, false));
