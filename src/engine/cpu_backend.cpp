@@ -1,10 +1,12 @@
 // The CPU backend of engine::Model: the resident arena (read once through the disk tier), the forward pass's views
-// into it and into the model's RAM tier, and sequences that each hold a KV cache.
+// into it and into the model's RAM tier, and sequences that each hold a KV cache (hybrid models' sequences also
+// their recurrent state: engine/hybrid_sequence.h).
 #include <algorithm>
 
 #include "diskformer/backend/cpu/forward.h"
 #include "diskformer/io/buffer.h"
 #include "diskformer/util/check.h"
+#include "engine/hybrid_sequence.h"
 #include "engine/sequence.h"
 
 namespace df::engine {
@@ -41,6 +43,11 @@ class CpuBackend final : public BackendModel {
         lw.wo = view(l.wo), lw.q_norm = view(l.q_norm), lw.k_norm = view(l.k_norm), lw.ffn_norm = view(l.ffn_norm);
         lw.ffn_gate = view(l.ffn_gate), lw.ffn_up = view(l.ffn_up), lw.ffn_down = view(l.ffn_down);
         lw.gate_inp = view(l.gate_inp);
+        lw.ssm_qkv = view(l.ssm_qkv), lw.ssm_z = view(l.ssm_z), lw.ssm_conv = view(l.ssm_conv);
+        lw.ssm_dt_bias = view(l.ssm_dt_bias), lw.ssm_a = view(l.ssm_a), lw.ssm_beta = view(l.ssm_beta);
+        lw.ssm_alpha = view(l.ssm_alpha), lw.ssm_norm = view(l.ssm_norm), lw.ssm_out = view(l.ssm_out);
+        lw.gate_inp_shexp = view(l.gate_inp_shexp), lw.gate_shexp = view(l.gate_shexp);
+        lw.up_shexp = view(l.up_shexp), lw.down_shexp = view(l.down_shexp);
         w_.layers.push_back(lw);
       }
     w_.layouts = &f.layouts;
@@ -103,7 +110,10 @@ class CpuSequence final : public Sequence {
   bool rows_all_ = false;
 };
 
-Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() { return std::unique_ptr<Sequence>(new CpuSequence(*this)); }
+Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() {
+  if (m_.spec().n_recurrent() > 0) return new_hybrid_cpu_sequence(m_, w_);
+  return std::unique_ptr<Sequence>(new CpuSequence(*this));
+}
 
 }  // namespace
 

@@ -8,9 +8,10 @@
 //   dense, budget:  resident = embeddings, output head, final norm; streamed = whole layers, one layer per slot, the
 //                   next layer read while the current one computes.
 // Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers
-// weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV cache and work buffers
-// come on top and are reported beside it. A budget that cannot hold the resident weights plus the minimum slots is
-// refused with the numbers.
+// weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV cache, a hybrid model's
+// recurrent state and the work buffers come on top and are reported beside it. A budget that cannot hold the resident weights plus the minimum slots is
+// refused with the numbers. A hybrid model's sequence also holds its recurrent state and a few copies of it
+// (engine/hybrid_sequence.h), counted beside the KV cache.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,7 @@ struct WeightPlan {
   uint64_t model_bytes = 0;     // all tensor bytes of the file
   uint64_t resident_bytes = 0;  // the arena of resident dense tensors
   uint64_t kv_bytes = 0;        // the KV cache at the chosen context
+  uint64_t state_bytes = 0;     // hybrid models: the recurrent state of a sequence with its copies for truncate()
   uint64_t work_bytes = 0;      // activations and scratch (an estimate)
   uint64_t record_bytes = 0;    // one record of the tier (expert or layer image); 0 without a tier
   uint64_t slot_bytes = 0;      // a slot: record_bytes rounded up to 4 KiB
@@ -45,7 +47,7 @@ struct WeightPlan {
 
   bool records_resident() const { return slots > 0 && slots == n_records && mode == Residency::kAllResident; }
   uint64_t weight_bytes() const { return resident_bytes + uint64_t(slots) * slot_bytes; }  // what the budget covers
-  uint64_t total_bytes() const { return weight_bytes() + kv_bytes + work_bytes; }
+  uint64_t total_bytes() const { return weight_bytes() + kv_bytes + state_bytes + work_bytes; }
   std::string describe() const;  // one line for logs
 };
 
