@@ -16,7 +16,7 @@
 namespace df::synth {
 
 struct Shape {
-  std::string arch;            // "qwen3moe", "qwen3" or "llama"
+  std::string arch;            // "qwen3moe", "qwen3", "llama" or "qwen35moe"
   uint32_t n_layer = 4;
   uint32_t d_model = 64;
   uint32_t n_head = 2;
@@ -29,6 +29,15 @@ struct Shape {
   uint32_t context = 4096;
   double rope_base = 1e6;
   double rms_eps = 1e-6;
+  // qwen35moe: Gated DeltaNet layers with a gated attention layer every full_attention_interval layers (whose heads
+  // rotate their first n_rot dims), routed experts plus a shared expert.
+  uint32_t shared_ff = 0;
+  uint32_t full_attention_interval = 0;
+  uint32_t n_rot = 0;
+  uint32_t ssm_conv = 0, ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0;  // kernel, head size, q/k and v heads
+  // Rows of the embeddings and output head; 0: the tokenizer's vocabulary. A larger count pads the vocabulary with
+  // unused tokens, as llama.cpp's converter pads a model's to its embedding rows.
+  uint64_t n_vocab = 0;
 };
 
 // Preset names per architecture ("tiny", ..., "qwen3-30b-a3b"); nullopt when unknown.
