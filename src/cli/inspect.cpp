@@ -223,6 +223,11 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   }
   const engine::ModelFiles& mf = **m;
   const gguf::File& f = mf.file;
+  if (mf.spec.n_recurrent() > 0) {
+    std::fprintf(stderr, "diskformer inspect: %s: the CUDA backend does not run %s models yet (Gated DeltaNet "
+                 "layers): no GPU plan\n", path.c_str(), mf.spec.arch.c_str());
+    return 1;
+  }
   // -c absent: the context the engine commands default to.
   if (n_ctx == 0) n_ctx = std::min<uint32_t>(mf.spec.n_ctx_train ? mf.spec.n_ctx_train : 4096, 4096);
   auto plan = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts, {.budget = budget, .n_ctx = n_ctx});

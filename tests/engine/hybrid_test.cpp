@@ -13,6 +13,7 @@
 #include "diskformer/gguf/writer.h"
 #include "diskformer/sampling/sampler.h"
 #include "diskformer/tokenizer/tokenizer.h"
+#include "model/gold.h"
 #include "support/cli_run.h"
 #include "support/sessions.h"
 #include "support/test_paths.h"
@@ -201,6 +202,25 @@ TEST(HybridChat, TwoTurnsEqualOneGoWhereTheTemplateRewritesTheFirstPrompt) {
   const std::string copy = (temp_dir("hybrid_chat") / "qwen35-template.gguf").string();
   copy_with_chat_template(path.string(), copy, slurp(jinja));
   check_two_turns(copy);
+}
+
+// The run command prints llama.cpp's completion of a stable case, all resident and with its experts streamed; there
+// is no GPU plan for the model.
+TEST(HybridCli, RunPrintsLlamaCppsCompletionAndInspectHasNoGpuPlan) {
+  DF_REQUIRE_SHARED(path, kModel);
+  const auto cases = read_gold((shared_dir() / "models/qwen35moe-q8_0.gold.json").string());
+  const GoldCase& c = cases.at(0);
+  ASSERT_TRUE(c.stable);
+  const std::string base = "run -m " + path.string() + " -p '" + c.prompt + "' -n 32 --temp 0 --ignore-eos -t 2";
+  for (const std::string& budget : {"", " --ram-budget 10.6M"}) {
+    const CliRun r = run_cli_capture(base + budget);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, c.completion) << budget;
+    if (!budget.empty()) EXPECT_NE(r.err.find("experts streamed"), std::string::npos) << r.err;
+  }
+  const CliRun plan = run_cli_capture("inspect -m " + path.string() + " --gpu-budget 4G");
+  EXPECT_EQ(plan.status, 1);
+  EXPECT_NE(plan.err.find("the CUDA backend does not run qwen35moe models yet"), std::string::npos) << plan.err;
 }
 
 }  // namespace
