@@ -10,7 +10,7 @@
 namespace df::engine {
 
 uint64_t hybrid_state_bytes(const model::ModelSpec& spec) {
-  return uint64_t(1 + kStateSnapshots) * cpu::RecurrentState::bytes_for(spec);
+  return uint64_t(2 + kStateSnapshots) * cpu::RecurrentState::bytes_for(spec);  // live, copies, one spare
 }
 
 namespace {
@@ -49,7 +49,7 @@ class HybridCpuSequence final : public Sequence {
       const uint32_t c0 = start + uint32_t(i), c1 = c0 + uint32_t(m);
       cpu::HybridForward::Options o{.all_logits = all_logits};
       if (lead > c0 && lead < c1) {
-        if (!at_lead) at_lead.emplace(m_.spec());
+        at_lead = take();
         o.save = &*at_lead;
         o.save_after = lead - c0;
       }
@@ -57,13 +57,20 @@ class HybridCpuSequence final : public Sequence {
         roll_back(before);
         return st;
       }
-      if (lead == c1) at_lead = state_;
+      if (lead == c1) {
+        at_lead = take();
+        *at_lead = state_;
+      }
       if (all_logits) all_logits_.insert(all_logits_.end(), forward_.logits().begin(), forward_.logits().end());
     }
     if (all_logits) all_logits_.erase(all_logits_.begin(), all_logits_.begin() + int64_t(skip) * m_.spec().n_vocab);
     rows_all_ = all_logits;
     if (at_lead) keep(std::move(*at_lead));
-    if (prompt) keep(state_);
+    if (prompt) {
+      cpu::RecurrentState end_copy = take();
+      end_copy = state_;
+      keep(std::move(end_copy));
+    }
     return {};
   }
   std::span<const float> logits() override {
@@ -86,13 +93,30 @@ class HybridCpuSequence final : public Sequence {
   void set_routing_stats(model::RoutingStats* r) override { forward_.set_routing_stats(r); }
 
  private:
+  // Storage for a new copy, its contents to be overwritten: the oldest copy once there are enough, else the spare
+  // a dropped copy left, else new. A sequence holds at most the live state, kStateSnapshots copies and one spare.
+  cpu::RecurrentState take() {
+    cpu::RecurrentState s;
+    if (copies_.size() >= kStateSnapshots) {
+      s = std::move(copies_.front());
+      copies_.erase(copies_.begin());
+    } else if (spare_) {
+      s = std::move(*spare_);
+      spare_.reset();
+    } else {
+      s = cpu::RecurrentState(m_.spec());
+    }
+    return s;
+  }
   void keep(cpu::RecurrentState s) {
     drop_copies_after(s.n_past - 1);
     copies_.push_back(std::move(s));
-    if (copies_.size() > kStateSnapshots) copies_.erase(copies_.begin());
   }
   void drop_copies_after(uint32_t pos) {
-    std::erase_if(copies_, [&](const cpu::RecurrentState& c) { return c.n_past > pos; });
+    while (!copies_.empty() && copies_.back().n_past > pos) {
+      spare_ = std::move(copies_.back());
+      copies_.pop_back();
+    }
   }
   // The state of the newest copy at or before pos (the empty state where none is); the KV cache's later entries
   // are written again as the positions after it are recomputed.
@@ -118,6 +142,7 @@ class HybridCpuSequence final : public Sequence {
   cpu::HybridForward forward_;
   std::vector<int32_t> tokens_;             // every kept position's token (what a recomputation feeds again)
   std::vector<cpu::RecurrentState> copies_;  // ascending position
+  std::optional<cpu::RecurrentState> spare_;
   std::vector<float> all_logits_;
   bool rows_all_ = false;
 };

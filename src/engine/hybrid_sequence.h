@@ -5,7 +5,8 @@
 //
 // Copies: an eval of two tokens or more (a prompt) keeps the state at its end and kSnapshotLead positions before
 // it -- a chat template renders the last tokens of its generation prompt differently once the reply is in the
-// history -- and the newest kStateSnapshots copies stay.
+// history -- and the newest kStateSnapshots copies stay (their storage reused: a sequence holds at most the live
+// state, the copies and one spare).
 #pragma once
 
 #include <cstdint>

@@ -74,6 +74,36 @@ TEST(HybridSequence, TruncateAnywhereThenEvalEqualsAFreshRun) {
   }
 }
 
+// Turn after turn (more turns than copies are kept): each turn cuts back into the previous one and continues.
+TEST(HybridSequence, ManyTurnsEachCutIntoTheLastOne) {
+  DF_REQUIRE_SHARED(path, kModel);
+  auto m = Model::open(path.string(), {.n_ctx = 512, .threads = 2});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  Session s = new_session(**m);
+  std::vector<int32_t> kept;
+  for (int turn = 0; turn < 7; ++turn) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 12; ++i) prompt.push_back(int32_t(1000 + 37 * turn + 11 * i));
+    ASSERT_TRUE(s.eval(prompt).ok());
+    kept.insert(kept.end(), prompt.begin(), prompt.end());
+    const std::vector<int32_t> reply = decode(s, 4);
+    kept.insert(kept.end(), reply.begin(), reply.end() - 1);
+    // The next turn keeps all but the last 2 prompt tokens and the reply (a template rewriting its tail).
+    const uint32_t keep = uint32_t(kept.size()) - 5;
+    s.truncate(keep);
+    kept.resize(keep);
+    Session fresh = new_session(**m);
+    std::vector<int32_t> ids = kept;
+    ids.push_back(7);
+    ids.push_back(8);
+    ASSERT_TRUE(s.eval(std::vector<int32_t>{7, 8}).ok());
+    ASSERT_TRUE(fresh.eval(ids).ok());
+    EXPECT_TRUE(same_bits(logits_of(s), logits_of(fresh))) << "turn " << turn;
+    kept.push_back(7);
+    kept.push_back(8);
+  }
+}
+
 TEST(HybridSequence, AllLogitsAfterTruncateAreTheCallersRowsOnly) {
   DF_REQUIRE_SHARED(path, kModel);
   auto m = Model::open(path.string(), {.n_ctx = 128, .threads = 2});
@@ -117,9 +147,9 @@ TEST(HybridSequence, PlanCountsTheStateAndAttentionLayersOnly) {
   EXPECT_EQ(spec.n_recurrent(), 6u);
   const auto& p = (*m)->plan();
   // 2 attention layers x 512 positions x (256 + 256) f16; 6 DeltaNet layers x (3 x 1024 conv + 4 x 128 x 128) f32,
-  // the live state and its 4 copies.
+  // the live state, its 4 copies and a spare.
   EXPECT_EQ(p.kv_bytes, 2ull * 512 * 512 * 2);
-  EXPECT_EQ(p.state_bytes, 5ull * 6 * (3 * 1024 + 4 * 128 * 128) * 4);
+  EXPECT_EQ(p.state_bytes, 6ull * 6 * (3 * 1024 + 4 * 128 * 128) * 4);
   EXPECT_NE((*m)->describe().find("recurrent state"), std::string::npos) << (*m)->describe();
 }
 
