@@ -18,8 +18,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   DF_ASSIGN(m->files_, open_model_files(path));
   const model::ModelSpec& spec = m->files_->spec;
   if (o.backend == Backend::kCuda && spec.n_recurrent() > 0)
-    return Error{path + ": the CUDA backend does not run " + spec.arch + " models yet (Gated DeltaNet layers); " +
-                 "use --backend cpu"};
+    return Error{path + ": the CUDA backend does not run " + spec.arch + " models yet (Gated DeltaNet layers)"};
   m->n_ctx_ = o.n_ctx ? o.n_ctx : std::min<uint32_t>(spec.n_ctx_train ? spec.n_ctx_train : 4096, 4096);
   DF_ASSIGN(m->plan_, plan_weights(*m->files_, m->n_ctx_, o.ram_budget));
   m->pool_ = std::make_unique<cpu::ThreadPool>(o.threads > 0 ? o.threads : cpu::default_thread_count());
