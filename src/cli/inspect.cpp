@@ -223,7 +223,7 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   }
   const engine::ModelFiles& mf = **m;
   const gguf::File& f = mf.file;
-  if (mf.spec.n_recurrent() > 0) {
+  if (mf.spec.family == model::Family::kQwen35Moe) {
     std::fprintf(stderr, "diskformer inspect: %s: the CUDA backend does not run %s models yet (Gated DeltaNet "
                  "layers): no GPU plan\n", path.c_str(), mf.spec.arch.c_str());
     return 1;

@@ -111,7 +111,7 @@ class CpuSequence final : public Sequence {
 };
 
 Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() {
-  if (m_.spec().n_recurrent() > 0) return new_hybrid_cpu_sequence(m_, w_);
+  if (m_.spec().family == model::Family::kQwen35Moe) return new_hybrid_cpu_sequence(m_, w_);
   return std::unique_ptr<Sequence>(new CpuSequence(*this));
 }
 

@@ -17,7 +17,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   m->options_ = o;
   DF_ASSIGN(m->files_, open_model_files(path));
   const model::ModelSpec& spec = m->files_->spec;
-  if (o.backend == Backend::kCuda && spec.n_recurrent() > 0)
+  if (o.backend == Backend::kCuda && spec.family == model::Family::kQwen35Moe)
     return Error{path + ": the CUDA backend does not run " + spec.arch + " models yet (Gated DeltaNet layers)"};
   m->n_ctx_ = o.n_ctx ? o.n_ctx : std::min<uint32_t>(spec.n_ctx_train ? spec.n_ctx_train : 4096, 4096);
   DF_ASSIGN(m->plan_, plan_weights(*m->files_, m->n_ctx_, o.ram_budget));
