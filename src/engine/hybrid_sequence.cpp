@@ -121,7 +121,8 @@ class HybridCpuSequence final : public Sequence {
   // The state of the newest copy at or before pos (the empty state where none is); the KV cache's later entries
   // are written again as the positions after it are recomputed.
   void restore(uint32_t pos) {
-    auto it = std::find_if(copies_.rbegin(), copies_.rend(), [&](const cpu::RecurrentState& c) { return c.n_past <= pos; });
+    auto it = std::find_if(copies_.rbegin(), copies_.rend(),
+                           [&](const cpu::RecurrentState& c) { return c.n_past <= pos; });
     if (it != copies_.rend()) {
       state_ = *it;
     } else {

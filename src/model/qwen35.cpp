@@ -64,8 +64,8 @@ Status read_qwen35moe_spec(const gguf::File& f, ModelSpec& s) {
     return Error{f.path + ": metadata " + p + "ssm.time_step_rank = " + std::to_string(d.n_v_heads) +
                  " (v heads) is not a multiple of ssm.group_count = " + std::to_string(d.n_k_heads)};
   if (inner != d.v_dim())
-    return Error{f.path + ": metadata " + p + "ssm.inner_size = " + std::to_string(inner) + " is not ssm.state_size x " +
-                 "ssm.time_step_rank = " + std::to_string(d.v_dim())};
+    return Error{f.path + ": metadata " + p + "ssm.inner_size = " + std::to_string(inner) +
+                 " is not ssm.state_size x ssm.time_step_rank = " + std::to_string(d.v_dim())};
 
   s.recurrent.assign(s.n_layer, false);
   if (const gguf::Value* v = f.find(p + "attention.recurrent_layers")) {
@@ -86,7 +86,8 @@ Status read_qwen35moe_spec(const gguf::File& f, ModelSpec& s) {
   DF_TRY(check_rope_sections(f, p + "rope.dimension_sections", s));
   s.n_ff_shared = static_cast<uint32_t>(f.get_u64_or(p + "expert_shared_feed_forward_length", s.n_ff));
   if (s.n_ff_shared == 0)
-    return Error{f.path + ": metadata " + p + "expert_shared_feed_forward_length is missing (the shared expert's width)"};
+    return Error{f.path + ": metadata " + p +
+                 "expert_shared_feed_forward_length is missing (the shared expert's width)"};
   return {};
 }
 

@@ -14,7 +14,9 @@ std::vector<Planned> plan_qwen35moe_tensors(const Shape& s, gguf::GgmlType type,
     if (n_exp) shape.push_back(n_exp);
     p.push_back({std::move(name), type, std::move(shape), Planned::Matrix, 1.0f / std::sqrt(float(n_in))});
   };
-  auto norm = [&](std::string name, uint64_t n) { p.push_back({std::move(name), gguf::GgmlType::F32, {n}, Planned::Norm, 0}); };
+  auto norm = [&](std::string name, uint64_t n) {
+    p.push_back({std::move(name), gguf::GgmlType::F32, {n}, Planned::Norm, 0});
+  };
   auto router = [&](std::string name, std::vector<uint64_t> shape) {
     p.push_back({std::move(name), gguf::GgmlType::F32, std::move(shape), Planned::Router, 1.0f / std::sqrt(float(d))});
   };

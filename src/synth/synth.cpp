@@ -184,7 +184,8 @@ Status write_model(const Options& o) {
       // Norm weights near 1, as trained models have them; other f32 vectors from their range.
       std::vector<float> v(n);
       Rng rng{mix(o.seed, ti)};
-      for (auto& x : v) x = t.kind == Planned::Norm ? 0.9f + 0.2f * rng.uniform() : t.lo + (t.hi - t.lo) * rng.uniform();
+      for (auto& x : v)
+        x = t.kind == Planned::Norm ? 0.9f + 0.2f * rng.uniform() : t.lo + (t.hi - t.lo) * rng.uniform();
       if (pending.valid()) DF_TRY(pending.get());
       DF_TRY(w.write_data(v.data(), v.size() * 4));
       done += n_bytes;

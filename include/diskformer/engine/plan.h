@@ -9,9 +9,8 @@
 //                   next layer read while the current one computes.
 // Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers
 // weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV cache, a hybrid model's
-// recurrent state and the work buffers come on top and are reported beside it. A budget that cannot hold the resident weights plus the minimum slots is
-// refused with the numbers. A hybrid model's sequence also holds its recurrent state and a few copies of it
-// (engine/hybrid_sequence.h), counted beside the KV cache.
+// recurrent state with its copies (engine/hybrid_sequence.h) and the work buffers come on top and are reported beside
+// it. A budget that cannot hold the resident weights plus the minimum slots is refused with the numbers.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// The metadata keys llama.cpp reads for the llama (dense and Mixtral layout), qwen3, qwen3moe and qwen35moe families, written
+// The metadata keys llama.cpp reads for the llama (dense and Mixtral layout), qwen3, qwen3moe and qwen35moe families,
+// written
 // from one struct, and a tokenizer copied from another GGUF: what every writer of models (synth, convert) sets.
 #pragma once
 

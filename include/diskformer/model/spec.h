@@ -26,7 +26,8 @@ struct DeltaNetSpec {
   uint32_t conv_kernel = 0;  // ssm.conv_kernel
   uint32_t head_dim = 0;     // ssm.state_size (llama.cpp uses it for q, k and v heads alike)
   uint32_t n_k_heads = 0;    // ssm.group_count: q and k heads
-  uint32_t n_v_heads = 0;    // ssm.time_step_rank: v heads, a multiple of n_k_heads; v head j reads q/k head j % n_k_heads
+  uint32_t n_v_heads = 0;    // ssm.time_step_rank: v heads, a multiple of n_k_heads (v head j reads q/k head
+                             // j % n_k_heads)
   uint32_t k_dim() const { return n_k_heads * head_dim; }
   uint32_t v_dim() const { return n_v_heads * head_dim; }
   uint32_t conv_dim() const { return 2 * k_dim() + v_dim(); }  // channels of the convolution: q, k, v

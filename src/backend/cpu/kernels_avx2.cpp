@@ -369,7 +369,8 @@ DF_AVX2 void silu(int64_t n, const float* x, float* y) {
 DF_AVX2 void mad_f32(int64_t n, float* y, const float* x, float v) {
   const __m256 vv = _mm256_set1_ps(v);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
 }
 
