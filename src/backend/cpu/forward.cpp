@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "diskformer/util/check.h"
 
@@ -89,17 +88,7 @@ void Forward::guess_experts(uint32_t next) {
   // The next block's norm and router applied to the current residual pick its experts well enough to start their
   // reads while this block's experts compute. Worth the router product only where experts stream.
   if (!s_.moe() || !w_.expert_tier || w_.expert_tier->resident() || w_.layers.empty()) return;
-  const model::LayerWeights& lw = w_.layers[next];
-  const int64_t E = s_.n_embd, X = s_.n_expert;
-  std::vector<float> xn(E), p(X);
-  rms_norm(b_.x.data(), lw.ffn_norm.f32(), E, s_.norm_eps, xn.data());
-  Context one{.kernels = ctx_.kernels};
-  cpu::matmul(one, lw.gate_inp, xn.data(), 1, p.data());
-  guess_.resize(X);
-  std::iota(guess_.begin(), guess_.end(), 0);
-  std::partial_sort(guess_.begin(), guess_.begin() + s_.n_expert_used, guess_.end(),
-                    [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-  guess_.resize(s_.n_expert_used);
+  cpu::guess_experts(*ctx_.kernels, s_, w_.layers[next].ffn_norm, w_.layers[next].gate_inp, b_.x.data(), guess_);
 }
 
 Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv) {
@@ -153,82 +142,17 @@ void Forward::dense_ffn(const model::LayerWeights& lw, int64_t n) {
 }
 
 Status Forward::moe_ffn(const model::LayerWeights& lw, uint32_t il, int64_t n) {
-  const int64_t E = s_.n_embd, X = s_.n_expert, K = s_.n_expert_used;
-  ensure(b_.router, n * X);
-  ensure(b_.expert_out, n * K * E);
-  matmul(lw.gate_inp, b_.xn.data(), n, b_.router.data());
-
-  // Routing: softmax over all experts, the top K by probability, weights renormalized over the K.
-  std::vector<int32_t> sel(n * K);
-  std::vector<float> wsel(n * K);
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> users(X);  // expert -> (token, slot k)
-  for (int64_t t = 0; t < n; ++t) {
-    float* p = b_.router.data() + t * X;
-    softmax(p, X);
-    std::vector<int32_t> order(X);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-    double sum = 0.0;
-    for (int64_t k = 0; k < K; ++k) sum += double(p[order[k]]);
-    const float fsum = std::max(float(sum), 6.103515625e-5f);
-    for (int64_t k = 0; k < K; ++k) {
-      sel[t * K + k] = order[k];
-      wsel[t * K + k] = s_.norm_topk ? p[order[k]] / fsum : p[order[k]];
-      users[order[k]].push_back({t, k});
-    }
-  }
-  stats_.expert_uses += uint64_t(n * K);
-  if (routing_) routing_->record(il, sel.data(), n);
-
-  cache::RecordTier& tier = *w_.expert_tier;
-  const uint32_t next = il + 1;
-  model::schedule_moe({.ids = sel, .n_tok = int32_t(n), .n_used = int32_t(K), .n_expert = int32_t(X),
-                       .max_group = tier.max_acquire(),
-                       .guess = guess_,
-                       .next_resident = [&](int32_t e) { return tier.contains(next, e); }},
-                      schedule_);
-  const model::ExpertLayout& layout = w_.layouts->experts[il];
-  // Each group of experts is made resident at once; each expert runs once over the tokens routed to it and its
-  // outputs land in the (token, slot) rows.
-  std::vector<model::ExpertWeights> ew;
-  std::vector<int64_t> first;
-  for (size_t g = 0; g < schedule_.groups.size(); ++g) {
-    const auto [g0, g1] = schedule_.groups[g];
-    std::span<const int32_t> ids(schedule_.gpu.data() + g0, size_t(g1 - g0));
-    DF_ASSIGN(cache::Pins pins, tier.acquire(il, ids));
-    // Reads ahead for the next layer start once this group's records are pinned, so they never take its slots.
-    if (g == 0 && !schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);
-    ew.clear();
-    first.assign(1, 0);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      ew.push_back(model::expert_at(layout, pins.data(i)));
-      first.push_back(first.back() + int64_t(users[ids[i]].size()));
-    }
-    const int64_t m_all = first.back();
-    ensure(b_.gather, m_all * E);
-    ensure(b_.down, m_all * E);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const auto& u = users[ids[i]];
-      for (size_t j = 0; j < u.size(); ++j)
-        std::copy_n(b_.xn.data() + u[j].first * E, E, b_.gather.data() + (first[i] + int64_t(j)) * E);
-    }
-    expert_products(ctx_, ew, first, b_.gather.data(), b_.down.data(), b_.experts);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const auto& u = users[ids[i]];
-      for (size_t j = 0; j < u.size(); ++j)
-        std::copy_n(b_.down.data() + (first[i] + int64_t(j)) * E, E,
-                    b_.expert_out.data() + (u[j].first * K + u[j].second) * E);
-    }
-  }
-  // Weighted sum in routing order, as llama.cpp adds the experts' views one after another.
-  for (int64_t t = 0; t < n; ++t) {
-    float* out = b_.proj.data() + t * E;
-    for (int64_t k = 0; k < K; ++k) {
-      const float* eo = b_.expert_out.data() + (t * K + k) * E;
-      const float w = wsel[t * K + k];
-      for (int64_t i = 0; i < E; ++i) out[i] = k == 0 ? eo[i] * w : out[i] + eo[i] * w;
-    }
-  }
+  DF_TRY(moe_.run(ctx_, {.router = &lw.gate_inp,
+                         .tier = w_.expert_tier,
+                         .layout = &w_.layouts->experts[il],
+                         .layer = il,
+                         .x = b_.xn.data(),
+                         .n_tok = n,
+                         .out = b_.proj.data(),
+                         .one_row = one_row_,
+                         .guess = guess_,
+                         .routing = routing_}));
+  stats_.expert_uses = moe_.expert_uses();
   return {};
 }
 

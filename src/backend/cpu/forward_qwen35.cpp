@@ -85,20 +85,9 @@ void HybridForward::matmul(const model::Mat& w, const float* x, int64_t n, float
 }
 
 void HybridForward::guess_experts(uint32_t next) {
-  // The next block's FFN norm and router applied to the current residual pick its experts well enough to start
-  // their reads while this block's experts compute. Worth the router product only where experts stream.
+  // Worth the router product only where experts stream.
   if (w_.expert_tier->resident()) return;
-  const model::LayerWeights& lw = w_.layers[next];
-  const int64_t E = s_.n_embd, X = s_.n_expert;
-  std::vector<float> xn(E), p(X);
-  rms_norm(b_.x.data(), lw.ffn_norm.f32(), E, s_.norm_eps, xn.data());
-  Context one{.kernels = ctx_.kernels};
-  cpu::matmul(one, lw.gate_inp, xn.data(), 1, p.data());
-  guess_.resize(X);
-  std::iota(guess_.begin(), guess_.end(), 0);
-  std::partial_sort(guess_.begin(), guess_.begin() + s_.n_expert_used, guess_.end(),
-                    [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-  guess_.resize(s_.n_expert_used);
+  cpu::guess_experts(*ctx_.kernels, s_, w_.layers[next].ffn_norm, w_.layers[next].gate_inp, b_.x.data(), guess_);
 }
 
 void HybridForward::delta_net(const model::LayerWeights& lw, uint32_t slot, int64_t n, RecurrentState& state,

@@ -12,6 +12,20 @@ void ensure(std::vector<T>& v, uint64_t n) {
 }
 }  // namespace
 
+void guess_experts(const Kernels& k, const model::ModelSpec& s, const model::Mat& ffn_norm, const model::Mat& router,
+                   const float* x, std::vector<int32_t>& out) {
+  const int64_t E = s.n_embd, X = s.n_expert;
+  std::vector<float> xn(E), p(X);
+  rms_norm(x, ffn_norm.f32(), E, s.norm_eps, xn.data());
+  Context one{.kernels = &k};
+  matmul(one, router, xn.data(), 1, p.data());
+  out.resize(X);
+  std::iota(out.begin(), out.end(), 0);
+  std::partial_sort(out.begin(), out.begin() + s.n_expert_used, out.end(),
+                    [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+  out.resize(s.n_expert_used);
+}
+
 Status MoeLayer::run(Context& ctx, const MoeLayerArgs& a) {
   const int64_t E = s_.n_embd, X = s_.n_expert, K = s_.n_expert_used, n = a.n_tok;
   ensure(router_, n * X);

@@ -11,6 +11,7 @@
 
 #include "diskformer/backend/cpu/experts.h"
 #include "diskformer/backend/cpu/kv_cache.h"
+#include "diskformer/backend/cpu/moe_layer.h"
 #include "diskformer/backend/cpu/ops.h"
 #include "diskformer/cache/tier.h"
 #include "diskformer/model/moe_schedule.h"
@@ -39,12 +40,7 @@ struct ForwardBuffers {
   std::vector<float> attn;    // [n_tok][n_head * head_dim_v]
   std::vector<float> proj;    // [n_tok][n_embd] sublayer output
   std::vector<float> gate, up;  // [n_tok][n_ff] (dense layers)
-  std::vector<float> router;  // [n_tok][n_expert]
-  std::vector<float> expert_out;  // [n_tok][n_expert_used][n_embd]
-  std::vector<float> gather;  // [routed (token, expert) pairs][n_embd] inputs, grouped by expert
-  std::vector<float> down;    // [routed pairs][n_embd] expert outputs, grouped by expert
   std::vector<float> logits;  // [n_out][n_vocab]
-  ExpertScratch experts;
 };
 
 // Routing counters for the cache statistics and the benchmarks.
@@ -57,7 +53,7 @@ class Forward {
  public:
   // spec and weights must outlive the forward.
   Forward(const model::ModelSpec& spec, const ForwardWeights& weights, Context& ctx)
-      : s_(spec), w_(weights), ctx_(ctx) {}
+      : s_(spec), w_(weights), ctx_(ctx), moe_(spec) {}
 
   // Runs tokens at positions kv.n_past .. kv.n_past + n - 1, appends their keys and values, and leaves the logits of
   // the last token (all_logits: of every token, [n][n_vocab]) in logits(). Errors: context overflow, a token id out
@@ -85,7 +81,7 @@ class Forward {
   model::RoutingStats* routing_ = nullptr;
   cache::Pins layer_pin_;  // the streamed dense layer being computed
   std::vector<int32_t> guess_;  // the next layer's guessed experts (empty: none)
-  model::MoeSchedule schedule_;
+  MoeLayer moe_;  // MoE layers' routing and experts
   // llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not
   // reproduced here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal
   // its batched results wherever the two agree (the gold files' stable cases).

@@ -1,8 +1,8 @@
-// The routed experts of one MoE layer on the CPU, as llama.cpp's build_moe_ffn computes them for the qwen3moe
-// families: the router's logits, a softmax over all experts, the top k by probability, their weights renormalized
-// over the k (floored at 2^-14); each expert runs once over the tokens routed to it (cpu::expert_products), its
-// record pinned from a tier in the groups model::schedule_moe makes, and the outputs are weighted and added in
-// routing order. The qwen35moe forward computes its routed experts with it.
+// The routed experts of one MoE layer on the CPU, as llama.cpp's build_moe_ffn computes them for the Mixtral layout
+// and the qwen3moe families: the router's logits, a softmax over all experts, the top k by probability, their
+// weights renormalized over the k (floored at 2^-14); each expert runs once over the tokens routed to it
+// (cpu::expert_products), its record pinned from a tier in the groups model::schedule_moe makes, and the outputs are
+// weighted and added in routing order. Both CPU forwards (forward.h, forward_qwen35.h) compute their experts with it.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,11 @@ struct MoeLayerArgs {
   std::span<const int32_t> guess;                // the next layer's expected experts, read ahead; may be empty
   model::RoutingStats* routing = nullptr;        // where the routes are recorded; nullptr: not recorded
 };
+
+// The experts a layer's router would pick for a token from its residual x [n_embd] (the layer's FFN norm, then its
+// router: top k by logit) -- the next layer's, guessed during this one so that streamed records are read ahead.
+void guess_experts(const Kernels& k, const model::ModelSpec& s, const model::Mat& ffn_norm, const model::Mat& router,
+                   const float* x, std::vector<int32_t>& out);
 
 class MoeLayer {
  public:
