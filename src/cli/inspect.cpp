@@ -227,9 +227,8 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   }
   const engine::ModelFiles& mf = **m;
   const gguf::File& f = mf.file;
-  if (mf.spec.family == model::Family::kGemma4) {
-    std::fprintf(stderr, "diskformer inspect: %s: the CUDA backend does not run gemma4 yet: no GPU plan\n",
-                 path.c_str());
+  if (auto why = cuda::cuda_unsupported(mf.spec)) {
+    std::fprintf(stderr, "diskformer inspect: %s: %s: no GPU plan\n", path.c_str(), why->c_str());
     return 1;
   }
   // -c absent: the context the engine commands default to.

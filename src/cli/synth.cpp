@@ -14,11 +14,12 @@
 namespace df::cli {
 
 int cmd_synth(int argc, char** argv) {
-  Args args("synth", "--arch qwen3moe|qwen3|llama|gemma4 [--preset NAME] --type TYPE|MIX "
+  Args args("synth", "--arch qwen3moe|qwen3|llama|gemma4|qwen35moe [--preset NAME] --type TYPE|MIX "
                      "--tokenizer-from FILE.gguf [--seed N] -o OUT.gguf");
-  args.option("--arch", "ARCH", "architecture: qwen3moe, qwen3, llama or gemma4");
+  args.option("--arch", "ARCH", "architecture: qwen3moe, qwen3, llama, gemma4 or qwen35moe");
   args.option("--preset", "NAME", "shape (default tiny): qwen3moe tiny|2g|qwen3-30b-a3b, qwen3 tiny|small, "
-                                  "llama tiny|mixtral-tiny|small, gemma4 tiny|tiny-e2b|26b-a4b|e2b");
+                                  "llama tiny|mixtral-tiny|small, gemma4 tiny|tiny-e2b|26b-a4b|e2b, "
+                                  "qwen35moe tiny|qwen3.6-35b-a3b");
   args.option("--type", "TYPE", "weight type of the matrices: q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_k, q3_k, "
                                 "q4_k, q5_k, q6_k, iq4_xs, f16, bf16; or a llama.cpp mix, each tensor typed by its "
                                 "quantizer's rules: q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k, iq4_xs");
@@ -41,7 +42,7 @@ int cmd_synth(int argc, char** argv) {
     std::string known;
     for (const auto& n : synth::preset_names(*arch)) known += (known.empty() ? "" : ", ") + n;
     if (known.empty())
-      return args.usage_error("unknown architecture '" + *arch + "' (qwen3moe, qwen3, llama, gemma4)");
+      return args.usage_error("unknown architecture '" + *arch + "' (qwen3moe, qwen3, llama, gemma4, qwen35moe)");
     return args.usage_error("unknown preset '" + preset_name + "' for " + *arch + " (" + known + ")");
   }
   // A mix name wins where it is also a type's (q2_k, q6_k, iq4_xs: the mix is what llama-quantize writes).

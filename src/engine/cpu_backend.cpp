@@ -1,10 +1,12 @@
 // The CPU backend of engine::Model: the resident arena (read once through the disk tier), the forward pass's views
-// into it and into the model's RAM tier, and sequences that each hold a KV cache.
+// into it and into the model's RAM tier, and sequences that each hold a KV cache (hybrid models' sequences also
+// their recurrent state: engine/hybrid_sequence.h).
 #include <algorithm>
 
 #include "diskformer/backend/cpu/forward.h"
 #include "diskformer/io/buffer.h"
 #include "diskformer/util/check.h"
+#include "engine/hybrid_sequence.h"
 #include "engine/sequence.h"
 
 namespace df::engine {
@@ -110,7 +112,10 @@ class CpuSequence final : public Sequence {
   bool rows_all_ = false;
 };
 
-Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() { return std::unique_ptr<Sequence>(new CpuSequence(*this)); }
+Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() {
+  if (m_.spec().family == model::Family::kQwen35Moe) return new_hybrid_cpu_sequence(m_, w_);
+  return std::unique_ptr<Sequence>(new CpuSequence(*this));
+}
 
 }  // namespace
 

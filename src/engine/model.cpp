@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "diskformer/backend/cuda/plan.h"
 #include "diskformer/cache/host_tier.h"
 #include "diskformer/cache/row_cache.h"
 #include "diskformer/engine/row_warmup.h"
@@ -19,10 +20,10 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   m->options_ = o;
   DF_ASSIGN(m->files_, open_model_files(path));
   const model::ModelSpec& spec = m->files_->spec;
-  // The CUDA forward has no gemma4 graph yet: refused here, before any GPU work, so that a default CUDA run falls
-  // back to the CPU.
-  if (o.backend == Backend::kCuda && spec.family == model::Family::kGemma4)
-    return Error{path + ": the CUDA backend does not run gemma4 yet (--backend cpu runs it)"};
+  // The CUDA forward has no graph for these families yet: refused here, before any GPU work, so that a default CUDA
+  // run falls back to the CPU.
+  if (o.backend == Backend::kCuda)
+    if (auto why = cuda::cuda_unsupported(spec)) return Error{path + ": " + *why};
   m->n_ctx_ = o.n_ctx ? o.n_ctx : std::min<uint32_t>(spec.n_ctx_train ? spec.n_ctx_train : 4096, 4096);
   DF_ASSIGN(m->plan_, plan_weights(*m->files_, m->n_ctx_, o.ram_budget));
   m->pool_ = std::make_unique<cpu::ThreadPool>(o.threads > 0 ? o.threads : cpu::default_thread_count());

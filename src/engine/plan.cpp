@@ -5,6 +5,7 @@
 #include "diskformer/backend/cpu/kv_cache.h"
 #include "diskformer/util/check.h"
 #include "diskformer/util/size.h"
+#include "engine/hybrid_sequence.h"
 
 namespace df::engine {
 
@@ -24,7 +25,8 @@ constexpr uint64_t kPage = 4096;
 // Activations of a 512-token batch plus the logits, generously: exact sizes depend on the batch.
 uint64_t work_estimate(const model::ModelSpec& s) {
   const uint64_t batch = 512;
-  const uint64_t widest = std::max<uint64_t>({s.n_embd, s.q_dim(), s.n_ff, uint64_t(s.n_ff_expert) * 2});
+  const uint64_t widest = std::max<uint64_t>({s.n_embd, s.q_dim() * (s.attn_gate ? 2 : 1), s.n_ff,
+                                              uint64_t(s.n_ff_expert) * 2, uint64_t(s.delta_net.conv_dim()) * 2});
   return batch * widest * 4 * 12 + uint64_t(s.n_vocab) * 4 * 2;
 }
 
@@ -73,7 +75,9 @@ std::string WeightPlan::describe() const {
                              format_size(row_bytes)
                        : ", per-layer embedding table resident (" + format_size(row_table_bytes) + ")";
   }
-  s += ", KV cache " + format_size(kv_bytes) + ", work " + format_size(work_bytes);
+  s += ", KV cache " + format_size(kv_bytes);
+  if (state_bytes) s += ", recurrent state " + format_size(state_bytes);
+  s += ", work " + format_size(work_bytes);
   return s + " (model " + format_size(model_bytes) + ")";
 }
 
@@ -82,6 +86,7 @@ Result<WeightPlan> plan_weights(const ModelFiles& m, uint32_t n_ctx, std::option
   WeightPlan p;
   p.model_bytes = m.tensor_bytes;
   p.kv_bytes = cpu::KvCache::bytes_for(spec, n_ctx);
+  p.state_bytes = spec.n_recurrent() ? hybrid_state_bytes(spec) : 0;
   p.work_bytes = work_estimate(spec);
   const bool moe = spec.moe();
   const uint64_t expert_records = moe ? uint64_t(spec.n_layer) * spec.n_expert : 0;

@@ -24,7 +24,7 @@ void set_arch_metadata(gguf::Writer& w, const ArchMetadata& m) {
   w.set(a + ".block_count", Value::u32(m.n_layer));
   w.set(a + ".context_length", Value::u32(m.context));
   w.set(a + ".embedding_length", Value::u32(m.n_embd));
-  w.set(a + ".feed_forward_length", Value::u32(m.n_ff));
+  if (a != "qwen35moe") w.set(a + ".feed_forward_length", Value::u32(m.n_ff));  // absent in its files
   w.set(a + ".attention.head_count", Value::u32(m.n_head));
   w.set(a + ".attention.head_count_kv", Value::u32(m.n_head_kv));
   w.set(a + ".attention.key_length", Value::u32(m.head_dim));
@@ -38,7 +38,21 @@ void set_arch_metadata(gguf::Writer& w, const ArchMetadata& m) {
   if (m.n_expert > 0) {
     w.set(a + ".expert_count", Value::u32(m.n_expert));
     w.set(a + ".expert_used_count", Value::u32(m.n_expert_used));
-    if (a == "qwen3moe") w.set(a + ".expert_feed_forward_length", Value::u32(m.n_ff_expert));
+    if (a == "qwen3moe" || a == "qwen35moe") w.set(a + ".expert_feed_forward_length", Value::u32(m.n_ff_expert));
+  }
+  if (a == "qwen35moe") {
+    const HybridMetadata& h = m.hybrid;
+    w.set(a + ".expert_shared_feed_forward_length", Value::u32(h.n_ff_shared));
+    w.set(a + ".ssm.conv_kernel", Value::u32(h.ssm_conv));
+    w.set(a + ".ssm.state_size", Value::u32(h.ssm_state));
+    w.set(a + ".ssm.group_count", Value::u32(h.ssm_k_heads));
+    w.set(a + ".ssm.time_step_rank", Value::u32(h.ssm_v_heads));
+    w.set(a + ".ssm.inner_size", Value::u32(h.ssm_state * h.ssm_v_heads));
+    w.set(a + ".full_attention_interval", Value::u32(h.full_attention_interval));
+    w.set(a + ".rope.dimension_count", Value::u32(h.n_rot));
+    std::vector<Value> sections;
+    for (int32_t x : h.rope_sections) sections.push_back(Value::i32(x));
+    w.set(a + ".rope.dimension_sections", Value::array(gguf::ValueType::I32, std::move(sections)));
   }
 }
 

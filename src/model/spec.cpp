@@ -1,6 +1,7 @@
 #include "diskformer/model/spec.h"
 
 #include "diskformer/model/gemma4.h"
+#include "diskformer/model/qwen35.h"
 
 namespace df::model {
 
@@ -10,6 +11,7 @@ const char* family_name(Family f) {
     case Family::kQwen3: return "qwen3";
     case Family::kQwen3Moe: return "qwen3moe";
     case Family::kGemma4: return "gemma4";
+    case Family::kQwen35Moe: return "qwen35moe";
   }
   return "?";
 }
@@ -42,9 +44,11 @@ Result<ModelSpec> spec_from_gguf(const gguf::File& f) {
     s.family = Family::kQwen3Moe;
   } else if (s.arch == "gemma4") {
     return gemma4_spec_from_gguf(f);
+  } else if (s.arch == "qwen35moe") {
+    s.family = Family::kQwen35Moe;
   } else {
     return Error{f.path + ": unsupported architecture '" + s.arch +
-                 "' (general.architecture; supported: llama, qwen3, qwen3moe, gemma4)"};
+                 "' (general.architecture; supported: llama, qwen3, qwen3moe, qwen35moe, gemma4)"};
   }
   const std::string p = s.arch + ".";
   DF_ASSIGN(s.n_layer, get_u32(f, p + "block_count"));
@@ -70,8 +74,8 @@ Result<ModelSpec> spec_from_gguf(const gguf::File& f) {
     s.n_ff_expert = static_cast<uint32_t>(f.get_u64_or(p + "expert_feed_forward_length", s.n_ff));
     if (s.n_ff_expert == 0)
       return Error{f.path + ": metadata " + p + "expert_feed_forward_length is missing"};
-  } else if (s.family == Family::kQwen3Moe) {
-    return Error{f.path + ": metadata " + p + "expert_count is missing (qwen3moe needs experts)"};
+  } else if (s.family == Family::kQwen3Moe || s.family == Family::kQwen35Moe) {
+    return Error{f.path + ": metadata " + p + "expert_count is missing (" + s.arch + " needs experts)"};
   } else if (s.n_ff == 0) {
     return Error{f.path + ": metadata " + p + "feed_forward_length is missing"};
   }
@@ -88,6 +92,7 @@ Result<ModelSpec> spec_from_gguf(const gguf::File& f) {
   if (!embd || embd->shape.size() < 2)
     return Error{f.path + ": tensor token_embd.weight is missing or not 2-D"};
   s.n_vocab = static_cast<uint32_t>(embd->shape[1]);
+  if (s.family == Family::kQwen35Moe) DF_TRY(read_qwen35moe_spec(f, s));
   return s;
 }
 

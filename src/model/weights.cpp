@@ -1,6 +1,8 @@
 #include "diskformer/model/weights.h"
 
 #include "diskformer/model/gemma4.h"
+#include "diskformer/model/qwen35.h"
+#include "tensor_binder.h"
 
 namespace df::model {
 
@@ -10,41 +12,6 @@ constexpr gguf::GgmlType kMatmulTypes[] = {
     gguf::GgmlType::F32,  gguf::GgmlType::F16,  gguf::GgmlType::BF16, gguf::GgmlType::Q8_0,   gguf::GgmlType::Q4_0,
     gguf::GgmlType::Q4_1, gguf::GgmlType::Q5_0, gguf::GgmlType::Q5_1, gguf::GgmlType::IQ4_NL, gguf::GgmlType::Q2_K,
     gguf::GgmlType::Q3_K, gguf::GgmlType::Q4_K, gguf::GgmlType::Q5_K, gguf::GgmlType::Q6_K,   gguf::GgmlType::IQ4_XS,
-};
-
-std::string supported_type_names() {
-  std::string s;
-  for (auto t : kMatmulTypes) s += (s.empty() ? "" : ", ") + std::string(gguf::type_name(t));
-  return s;
-}
-
-std::string shape_text(const std::vector<uint64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-struct Binder {
-  const gguf::File& f;
-
-  // want: the expected ggml shape (shape[0] = row length).
-  Result<const gguf::TensorInfo*> need(const std::string& name, std::vector<uint64_t> want, bool matmul) {
-    const gguf::TensorInfo* t = f.tensor(name);
-    if (!t) return Error{f.path + ": tensor " + name + " is missing"};
-    return check(t, std::move(want), matmul);
-  }
-  Result<const gguf::TensorInfo*> check(const gguf::TensorInfo* t, std::vector<uint64_t> want, bool matmul) {
-    std::vector<uint64_t> got = t->shape;
-    while (got.size() > want.size() && got.back() == 1) got.pop_back();
-    if (got != want)
-      return Error{f.path + ": tensor " + t->name + " has shape " + shape_text(t->shape) + ", expected " +
-                   shape_text(want) + " (at offset " + std::to_string(t->info_offset) + ")"};
-    if (matmul ? !matmul_type_supported(t->type) : t->type != gguf::GgmlType::F32)
-      return Error{f.path + ": tensor " + t->name + " has unsupported type " +
-                   std::string(gguf::type_name(t->type)) +
-                   (matmul ? " (supported: " + supported_type_names() + ")" : " (norm weights must be f32)")};
-    return t;
-  }
 };
 
 }  // namespace
@@ -82,8 +49,27 @@ std::span<const LayerField> layer_fields() {
       {&T::ple_gate, &W::ple_gate},
       {&T::ple_proj, &W::ple_proj},
       {&T::ple_post_norm, &W::ple_post_norm},
+      {&T::ssm_qkv, &W::ssm_qkv},
+      {&T::ssm_z, &W::ssm_z},
+      {&T::ssm_conv, &W::ssm_conv},
+      {&T::ssm_dt_bias, &W::ssm_dt_bias},
+      {&T::ssm_a, &W::ssm_a},
+      {&T::ssm_beta, &W::ssm_beta},
+      {&T::ssm_alpha, &W::ssm_alpha},
+      {&T::ssm_norm, &W::ssm_norm},
+      {&T::ssm_out, &W::ssm_out},
+      {&T::gate_inp_shexp, &W::gate_inp_shexp},
+      {&T::gate_shexp, &W::gate_shexp},
+      {&T::up_shexp, &W::up_shexp},
+      {&T::down_shexp, &W::down_shexp},
   };
   return kFields;
+}
+
+std::string matmul_type_names() {
+  std::string s;
+  for (auto t : kMatmulTypes) s += (s.empty() ? "" : ", ") + std::string(gguf::type_name(t));
+  return s;
 }
 
 std::vector<const gguf::TensorInfo*> LayerTensors::dense() const {
@@ -125,6 +111,11 @@ Result<ModelTensors> bind_tensors(const gguf::File& f, const ModelSpec& s) {
     m.output = m.token_embd;
   }
   for (uint32_t il = 0; il < s.n_layer; ++il) {
+    if (s.family == Family::kQwen35Moe) {
+      DF_ASSIGN(LayerTensors l, bind_qwen35moe_layer(f, s, il));
+      m.layers.push_back(l);
+      continue;
+    }
     const std::string p = "blk." + std::to_string(il) + ".";
     LayerTensors l;
     DF_ASSIGN(l.attn_norm, b.need(p + "attn_norm.weight", {E}, false));

@@ -1,4 +1,4 @@
-// A tensor synth writes: its name, type and shape, and how its values are drawn.
+// What synth writes, tensor by tensor, in file order: each architecture's list (synth.cpp, gemma4.cpp, qwen35.cpp).
 #pragma once
 
 #include <cstdint>
@@ -19,12 +19,17 @@ struct Planned {
   enum Kind {
     Matrix,  // symmetric random codes of `stddev`
     Norm,    // f32 near 1 (0.9 .. 1.1), as trained norm weights and scales are
-    Router,  // f32 random of `stddev`
-    Values,  // f32 `values` as given
+    Router,   // f32 random of `stddev`
+    Uniform,  // f32 drawn from [lo, hi)
+    Values,   // f32 `values` as given
   } kind;
   float stddev = 0.0f;
+  float lo = 0.0f, hi = 0.0f;
   std::vector<float> values;
 };
+
+// qwen35moe (qwen35.cpp): Gated DeltaNet or attention blocks as the shape's interval says, routed and shared experts.
+std::vector<Planned> plan_qwen35moe_tensors(const Shape& s, gguf::GgmlType type, uint64_t n_vocab);
 
 // gemma4 (gemma4.cpp): the shape's checks, its metadata keys as llama.cpp's converter writes them, its tensors.
 Status check_gemma4_shape(const Shape& s);

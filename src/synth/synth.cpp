@@ -71,6 +71,21 @@ std::vector<Planned> plan_tensors(const Shape& s, GgmlType type, std::optional<M
   return p;
 }
 
+// Appends unused tokens "[PADn]" to the copied vocabulary up to n rows, as llama.cpp's converter does for models
+// whose embeddings have more rows than their tokenizer has tokens.
+void pad_vocabulary(gguf::Writer& w, const gguf::File& tok, uint64_t n) {
+  auto extend = [&](const char* key, const std::function<Value(uint64_t)>& make) {
+    const gguf::Value* v = tok.find(key);
+    if (!v || !v->array()) return;
+    gguf::Array a = *v->array();
+    for (uint64_t i = a.items.size(); i < n; ++i) a.items.push_back(make(i));
+    w.set(key, Value::array(a.elem_type, std::move(a.items)));
+  };
+  extend("tokenizer.ggml.tokens", [](uint64_t i) { return Value::string("[PAD" + std::to_string(i) + "]"); });
+  extend("tokenizer.ggml.token_type", [](uint64_t) { return Value::i32(5); });  // unused
+  extend("tokenizer.ggml.scores", [](uint64_t) { return Value::f32(0.0f); });
+}
+
 // Fixed-size generation chunks, each seeded from (seed, tensor, chunk): the output does not depend on threads.
 constexpr uint64_t kChunkBlocks = 1 << 14;
 
@@ -79,9 +94,20 @@ constexpr uint64_t kChunkBlocks = 1 << 14;
 Status write_model(const Options& o) {
   const Shape& s = o.shape;
   const bool gemma4 = s.arch == "gemma4";
-  if (s.arch != "qwen3moe" && s.arch != "qwen3" && s.arch != "llama" && !gemma4)
-    return Error{"synth: unsupported architecture '" + s.arch + "' (qwen3moe, qwen3, llama, gemma4)"};
+  const bool hybrid = s.arch == "qwen35moe";
+  if (s.arch != "qwen3moe" && s.arch != "qwen3" && s.arch != "llama" && !gemma4 && !hybrid)
+    return Error{"synth: unsupported architecture '" + s.arch + "' (qwen3moe, qwen3, llama, gemma4, qwen35moe)"};
   if (gemma4) DF_TRY(check_gemma4_shape(s));
+  if (hybrid && o.mix)
+    return Error{"synth: qwen35moe takes one weight type for its matrices (llama.cpp's mix rules are written here "
+                 "for qwen3moe, qwen3 and llama only)"};
+  if (hybrid && (s.n_expert == 0 || s.expert_ff == 0 || s.shared_ff == 0 || s.full_attention_interval == 0 ||
+                 s.ssm_conv < 2 || s.ssm_state == 0 || s.ssm_k_heads == 0 || s.ssm_v_heads % s.ssm_k_heads != 0))
+    return Error{"synth: qwen35moe needs experts, a shared expert, an attention interval and DeltaNet sizes "
+                 "(v heads a multiple of k heads)"};
+  if (hybrid && s.n_rot != 64)
+    return Error{"synth: qwen35moe's rope sections (11, 11, 10) cover 64 rotary dims; n_rot is " +
+                 std::to_string(s.n_rot)};
   if (!o.mix && !supported_type(o.type))
     return Error{"synth: cannot generate type " + std::string(gguf::type_name(o.type)) +
                  " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs, f16, bf16)"};
@@ -94,7 +120,8 @@ Status write_model(const Options& o) {
                  std::to_string(s.n_head_kv)};
   // A mix moves rows that do not fill a block to another type, as llama.cpp's quantizer does.
   const uint32_t block = o.mix ? 1 : gguf::type_info(o.type)->block_elems;
-  std::vector<uint64_t> dims = {s.d_model, uint64_t{s.n_head} * s.head_dim, s.ff, s.expert_ff};
+  std::vector<uint64_t> dims = {s.d_model, uint64_t{s.n_head} * s.head_dim, s.ff, s.expert_ff, s.shared_ff,
+                                 uint64_t{s.ssm_v_heads} * s.ssm_state};
   if (gemma4)
     for (uint64_t d : {uint64_t{s.n_head} * s.gemma4.head_dim_full, uint64_t{s.gemma4.ple}, uint64_t{s.gemma4.ff_shared}})
       dims.push_back(d);
@@ -105,8 +132,12 @@ Status write_model(const Options& o) {
 
   DF_ASSIGN(gguf::File tok, gguf::read_file(o.tokenizer_from));
   DF_ASSIGN(const gguf::Array* tokens, tok.get_array("tokenizer.ggml.tokens"));
-  const uint64_t n_vocab = tokens->items.size();
-  if (n_vocab == 0) return Error{o.tokenizer_from + ": tokenizer.ggml.tokens is empty"};
+  const uint64_t n_tokens = tokens->items.size();
+  if (n_tokens == 0) return Error{o.tokenizer_from + ": tokenizer.ggml.tokens is empty"};
+  if (s.n_vocab && s.n_vocab < n_tokens)
+    return Error{"synth: the shape's vocabulary of " + std::to_string(s.n_vocab) + " rows is smaller than " +
+                 o.tokenizer_from + "'s " + std::to_string(n_tokens) + " tokens"};
+  const uint64_t n_vocab = std::max(n_tokens, s.n_vocab);
 
   DF_ASSIGN(gguf::Writer w, gguf::Writer::create(o.out));
   const std::string name = "synthetic " + s.arch + " seed " + std::to_string(o.seed);
@@ -114,7 +145,7 @@ Status write_model(const Options& o) {
     set_gemma4_metadata(w, s, name, o.mix ? uint32_t(*o.mix) : model::file_type_code(o.type));
   } else {
     model::set_arch_metadata(w, {.arch = s.arch,
-                        .name = "synthetic " + s.arch + " seed " + std::to_string(o.seed),
+                        .name = name,
                         .file_type = o.type,
                         .ftype = o.mix ? uint32_t(*o.mix) : 0,
                         .n_layer = s.n_layer,
@@ -129,11 +160,22 @@ Status write_model(const Options& o) {
                         .n_ff_expert = s.expert_ff,
                         .rope_base = s.rope_base,
                         .rms_eps = s.rms_eps,
-                        .n_vocab = n_vocab});
+                        .n_vocab = n_vocab,
+                        .hybrid = {.n_ff_shared = s.shared_ff,
+                                   .full_attention_interval = s.full_attention_interval,
+                                   .n_rot = s.n_rot,
+                                   .rope_sections = {11, 11, 10, 0},  // Qwen3.5/3.6's (mrope_section)
+                                   .ssm_conv = s.ssm_conv,
+                                   .ssm_state = s.ssm_state,
+                                   .ssm_k_heads = s.ssm_k_heads,
+                                   .ssm_v_heads = s.ssm_v_heads}});
   }
   model::copy_tokenizer_metadata(w, tok);
+  if (n_vocab > n_tokens) pad_vocabulary(w, tok, n_vocab);
 
-  auto tensors = gemma4 ? plan_gemma4_tensors(s, o.type, o.mix, n_vocab) : plan_tensors(s, o.type, o.mix, n_vocab);
+  auto tensors = gemma4   ? plan_gemma4_tensors(s, o.type, o.mix, n_vocab)
+                 : hybrid ? plan_qwen35moe_tensors(s, o.type, n_vocab)
+                          : plan_tensors(s, o.type, o.mix, n_vocab);
   for (const auto& t : tensors) DF_TRY(w.add_tensor(t.name, t.type, t.shape));
   DF_TRY(w.write_header());
 
@@ -152,10 +194,11 @@ Status write_model(const Options& o) {
     for (uint64_t dim : t.shape) n *= dim;
     const uint64_t n_bytes = n / info->block_elems * info->block_bytes;
     if (t.kind != Planned::Matrix && t.kind != Planned::Router) {
-      // Norm weights near 1, as trained models have them; or the values given.
+      // Norm weights near 1, as trained models have them; other f32 vectors from their range, or the values given.
       std::vector<float> v(n);
       Rng rng{mix(o.seed, ti)};
-      for (auto& x : v) x = 0.9f + 0.2f * rng.uniform();
+      for (auto& x : v)
+        x = t.kind == Planned::Norm ? 0.9f + 0.2f * rng.uniform() : t.lo + (t.hi - t.lo) * rng.uniform();
       if (t.kind == Planned::Values) v = t.values;
       if (pending.valid()) DF_TRY(pending.get());
       DF_TRY(w.write_data(v.data(), v.size() * 4));
@@ -208,6 +251,19 @@ std::optional<Shape> preset(const std::string& arch, const std::string& name) {
       s.n_expert = 128, s.n_expert_used = 8, s.expert_ff = 768, s.ff = 6144, s.context = 40960;
       return s;
     }
+  } else if (arch == "qwen35moe") {
+    // The real per-head sizes, rotary dims, DeltaNet heads and layer pattern at a small width.
+    s.n_layer = 8, s.d_model = 64, s.n_head = 2, s.n_head_kv = 1, s.head_dim = 256, s.n_rot = 64;
+    s.n_expert = 16, s.n_expert_used = 4, s.expert_ff = 32, s.shared_ff = 32, s.ff = 0;
+    s.full_attention_interval = 4, s.ssm_conv = 4, s.ssm_state = 128, s.ssm_k_heads = 2, s.ssm_v_heads = 4;
+    s.rope_base = 1e7;
+    if (name == "tiny") return s;
+    if (name == "qwen3.6-35b-a3b") {  // Qwen3.6-35B-A3B's published shape (without its MTP block)
+      s.n_layer = 40, s.d_model = 2048, s.n_head = 16, s.n_head_kv = 2;
+      s.n_expert = 256, s.n_expert_used = 8, s.expert_ff = 512, s.shared_ff = 512;
+      s.ssm_k_heads = 16, s.ssm_v_heads = 32, s.n_vocab = 248320, s.context = 262144;
+      return s;
+    }
   } else if (arch == "qwen3") {
     if (name == "tiny") return s;
     if (name == "small") {
@@ -231,6 +287,7 @@ std::optional<Shape> preset(const std::string& arch, const std::string& name) {
 
 std::vector<std::string> preset_names(const std::string& arch) {
   if (arch == "qwen3moe") return {"tiny", "2g", "qwen3-30b-a3b"};
+  if (arch == "qwen35moe") return {"tiny", "qwen3.6-35b-a3b"};
   if (arch == "qwen3") return {"tiny", "small"};
   if (arch == "llama") return {"tiny", "mixtral-tiny", "small"};
   if (arch == "gemma4") return gemma4_preset_names();

@@ -427,6 +427,39 @@ TEST(Kernels, SwigluMatchesScalarAndSilu) {
   }
 }
 
+TEST(Kernels, SiluIsSwigluWithoutItsUpFactor) {
+  const Kernels& s = scalar_kernels();
+  for (int64_t n : {int64_t(5), int64_t(128), int64_t(1029)}) {
+    auto x = randn(size_t(n), uint64_t(n) + 60, 4.0f);
+    x[0] = 120.0f;
+    if (n > 1) x[1] = -120.0f;
+    const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+    std::vector<float> want(static_cast<size_t>(n)), got(want.size());
+    s.swiglu(n, x.data(), ones.data(), want.data());
+    s.silu(n, x.data(), got.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << "scalar " << i;
+    for (const Kernels* k : simd_tables()) {
+      k->silu(n, x.data(), got.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << k->name << " " << i;
+    }
+  }
+}
+
+TEST(Kernels, FloatMadIsOneFusedMultiplyAddPerElement) {
+  for (int64_t n : {int64_t(3), int64_t(128), int64_t(133)}) {
+    const auto x = randn(size_t(n), 70), y = randn(size_t(n), 71);
+    std::vector<float> want = y;
+    for (int64_t i = 0; i < n; ++i) want[size_t(i)] = std::fma(x[size_t(i)], -0.731f, y[size_t(i)]);
+    std::vector<const Kernels*> all = simd_tables();
+    all.push_back(&scalar_kernels());
+    for (const Kernels* k : all) {
+      auto got = y;
+      k->mad_f32(n, got.data(), x.data(), -0.731f);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << k->name << " " << i;
+    }
+  }
+}
+
 TEST(Kernels, FloatDotsMatchScalarAndReference) {
   const Kernels& s = scalar_kernels();
   for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(33), int64_t(64), int64_t(1000), int64_t(4096)}) {

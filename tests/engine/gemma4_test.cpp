@@ -106,7 +106,7 @@ TEST(Gemma4Engine, CudaIsRefusedAtOpenWithOneLine) {
   DF_REQUIRE_SHARED(path, "models/gemma4-moe-q8_0.gguf");
   auto m = Model::open(path.string(), {.n_ctx = 128, .threads = 1, .backend = engine::Backend::kCuda});
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.error().message.find("the CUDA backend does not run gemma4 yet"), std::string::npos)
+  EXPECT_NE(m.error().message.find("the CUDA backend does not run gemma4 models yet"), std::string::npos)
       << m.error().message;
   EXPECT_EQ(m.error().message.find('\n'), std::string::npos);
 }
@@ -136,7 +136,7 @@ TEST(Gemma4Engine, CommandsReportTheRowCache) {
   EXPECT_NE(inspect.out.find("layer 3"), std::string::npos) << inspect.out;
   const CliRun plan = run_cli_capture("inspect -m " + path.string() + " --gpu-budget 1G");
   EXPECT_EQ(plan.status, 1);
-  EXPECT_NE(plan.err.find("does not run gemma4 yet"), std::string::npos) << plan.err;
+  EXPECT_NE(plan.err.find("does not run gemma4 models yet"), std::string::npos) << plan.err;
 }
 
 }  // namespace

@@ -256,6 +256,100 @@ TEST_F(SynthFile, AMixedFileRunsOnTheCpu) {
   for (float l : s.logits()) ASSERT_TRUE(std::isfinite(l));
 }
 
+TEST_F(SynthFile, Qwen35MoeMatchesTheSharedModelsLayout) {
+  // The shared qwen35moe-q8_0 model is the tiny shape at d=32 plus an MTP block (which synth does not write).
+  DF_REQUIRE_SHARED(ref_path, "models/qwen35moe-q8_0.gguf");
+  df::synth::Options o;
+  o.shape = *df::synth::preset("qwen35moe", "tiny");
+  o.shape.d_model = 32;
+  o.type = GgmlType::Q8_0;
+  o.tokenizer_from = ref_path.string();
+  o.out = (dir_ / "q35.gguf").string();
+  auto st = df::synth::write_model(o);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  auto mine = df::gguf::read_file(o.out);
+  auto ref = df::gguf::read_file(ref_path.string());
+  ASSERT_TRUE(mine.ok() && ref.ok());
+  size_t main_tensors = 0;
+  for (const auto& r : ref->tensors) {
+    if (r.name.rfind("blk.8.", 0) == 0) continue;  // the MTP block
+    ++main_tensors;
+    const auto* t = mine->tensor(r.name);
+    ASSERT_NE(t, nullptr) << "missing " << r.name;
+    EXPECT_EQ(t->type, r.type) << r.name;
+    EXPECT_EQ(t->shape, r.shape) << r.name;
+  }
+  EXPECT_EQ(mine->tensors.size(), main_tensors);
+  for (const auto& kv : ref->metadata) {
+    if (kv.key == "general.name" || kv.key == "qwen35moe.block_count" || kv.key == "qwen35moe.nextn_predict_layers")
+      continue;
+    const auto* v = mine->find(kv.key);
+    ASSERT_NE(v, nullptr) << "missing key " << kv.key;
+    EXPECT_TRUE(*v == kv.value) << kv.key << ": " << v->summary() << " vs " << kv.value.summary();
+  }
+  EXPECT_EQ(mine->get_u64_or("qwen35moe.block_count", 0), 8u);
+  auto model = df::engine::Model::open(o.out, {.n_ctx = 64, .threads = 2});
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ((*model)->spec().n_recurrent(), 6u);
+}
+
+TEST_F(SynthFile, Qwen35MoeRunsAndPadsItsVocabulary) {
+  DF_REQUIRE_SHARED(tok, "models/qwen35moe-q8_0.gguf");
+  df::synth::Options o;
+  o.shape = *df::synth::preset("qwen35moe", "tiny");
+  o.shape.n_vocab = 152000;  // 64 rows more than the tokenizer's 151,936 tokens
+  o.type = GgmlType::Q4_0;
+  o.tokenizer_from = tok.string();
+  o.out = (dir_ / "padded.gguf").string();
+  auto st = df::synth::write_model(o);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  auto f = df::gguf::read_file(o.out);
+  ASSERT_TRUE(f.ok());
+  auto tokens = f->get_array("tokenizer.ggml.tokens");
+  auto types = f->get_array("tokenizer.ggml.token_type");
+  ASSERT_TRUE(tokens.ok() && types.ok());
+  ASSERT_EQ((*tokens)->items.size(), 152000u);
+  ASSERT_EQ((*types)->items.size(), 152000u);
+  EXPECT_EQ(*(*tokens)->items.back().str(), "[PAD151999]");
+  EXPECT_EQ((*types)->items.back().to_i64(), 5);  // unused
+  EXPECT_EQ(f->tensor("token_embd.weight")->shape[1], 152000u);
+  auto model = df::engine::Model::open(o.out, {.n_ctx = 64, .threads = 2});
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  df::engine::Session s = df::test::new_session(**model);
+  auto ev = s.eval(std::vector<int32_t>{785, 3974, 13876, 38835});
+  ASSERT_TRUE(ev.ok()) << ev.error().message;
+  ASSERT_EQ(s.logits().size(), 152000u);
+  for (float l : s.logits()) ASSERT_TRUE(std::isfinite(l));
+  // A K-quant mix is refused: llama.cpp's rules for its tensors are not written here.
+  o.mix = df::synth::Mix::kQ4_K_M;
+  st = df::synth::write_model(o);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("qwen35moe takes one weight type"), std::string::npos) << st.error().message;
+}
+
+TEST(SynthPresets, Qwen36_35B_A3B_HasTheRealShape) {
+  auto s = df::synth::preset("qwen35moe", "qwen3.6-35b-a3b");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->n_layer, 40u);
+  EXPECT_EQ(s->d_model, 2048u);
+  EXPECT_EQ(s->n_head, 16u);
+  EXPECT_EQ(s->n_head_kv, 2u);
+  EXPECT_EQ(s->head_dim, 256u);
+  EXPECT_EQ(s->n_rot, 64u);
+  EXPECT_EQ(s->ssm_k_heads, 16u);
+  EXPECT_EQ(s->ssm_v_heads, 32u);
+  EXPECT_EQ(s->ssm_state, 128u);
+  EXPECT_EQ(s->ssm_conv, 4u);
+  EXPECT_EQ(s->n_expert, 256u);
+  EXPECT_EQ(s->n_expert_used, 8u);
+  EXPECT_EQ(s->expert_ff, 512u);
+  EXPECT_EQ(s->shared_ff, 512u);
+  EXPECT_EQ(s->full_attention_interval, 4u);
+  EXPECT_EQ(s->n_vocab, 248320u);
+  // One expert record in Q8_0: 3 matrices of 2048 x 512 at 34 bytes per 32 weights = 3.19 MiB.
+  EXPECT_EQ(3ull * 2048 * 512 / 32 * 34, 3342336ull);
+}
+
 TEST(SynthPresets, Qwen3_30B_A3B_HasTheRealShape) {
   auto s = df::synth::preset("qwen3moe", "qwen3-30b-a3b");
   ASSERT_TRUE(s.has_value());

@@ -11,9 +11,9 @@
 // the arena where the budget holds it after the tier's slots; otherwise its rows stream from disk through a row
 // cache of at least kMinRowSlots rows, half of them warmed at open with the ids real text uses most.
 // Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers
-// weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV cache and work buffers
-// come on top and are reported beside it. A budget that cannot hold the resident weights plus the minimum slots is
-// refused with the numbers.
+// weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV cache, a hybrid model's
+// recurrent state with its copies (engine/hybrid_sequence.h) and the work buffers come on top and are reported beside
+// it. A budget that cannot hold the resident weights plus the minimum slots is refused with the numbers.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,7 @@ struct WeightPlan {
   uint64_t model_bytes = 0;     // all tensor bytes of the file
   uint64_t resident_bytes = 0;  // the arena of resident dense tensors
   uint64_t kv_bytes = 0;        // the KV cache at the chosen context
+  uint64_t state_bytes = 0;     // hybrid models: the recurrent state of a sequence with its copies for truncate()
   uint64_t work_bytes = 0;      // activations and scratch (an estimate)
   uint64_t record_bytes = 0;    // one record of the tier (expert or layer image); 0 without a tier
   uint64_t slot_bytes = 0;      // a slot: record_bytes rounded up to 4 KiB
@@ -57,7 +58,7 @@ struct WeightPlan {
   uint64_t weight_bytes() const {
     return resident_bytes + uint64_t(slots) * slot_bytes + uint64_t(row_slots) * row_bytes;
   }
-  uint64_t total_bytes() const { return weight_bytes() + kv_bytes + work_bytes; }
+  uint64_t total_bytes() const { return weight_bytes() + kv_bytes + state_bytes + work_bytes; }
   std::string describe() const;  // one line for logs
 };
 

@@ -1,4 +1,5 @@
-// The metadata keys llama.cpp reads for the llama (dense and Mixtral layout), qwen3 and qwen3moe families, written
+// The metadata keys llama.cpp reads for the llama (dense and Mixtral layout), qwen3, qwen3moe and qwen35moe families,
+// written
 // from one struct, and a tokenizer copied from another GGUF: what every writer of models (synth, convert) sets.
 #pragma once
 
@@ -10,8 +11,17 @@
 
 namespace df::model {
 
+// qwen35moe's keys beyond qwen3moe's (model/qwen35.h).
+struct HybridMetadata {
+  uint32_t n_ff_shared = 0;              // expert_shared_feed_forward_length
+  uint32_t full_attention_interval = 0;  // one attention layer every this many, the others Gated DeltaNet
+  uint32_t n_rot = 0;                    // rope.dimension_count
+  int32_t rope_sections[4] = {};         // rope.dimension_sections
+  uint32_t ssm_conv = 0, ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0;
+};
+
 struct ArchMetadata {
-  std::string arch;  // "llama", "qwen3" or "qwen3moe"
+  std::string arch;  // "llama", "qwen3", "qwen3moe" or "qwen35moe"
   std::string name;  // general.name
   gguf::GgmlType file_type = gguf::GgmlType::F32;  // the type of most matrices (general.file_type)
   uint32_t ftype = 0;  // llama_ftype code written instead where nonzero (a K-quant mix: Q4_K_M = 15, ...)
@@ -20,6 +30,7 @@ struct ArchMetadata {
   uint32_t n_ff_expert = 0;                  // qwen3moe's expert width (llama's Mixtral layout uses n_ff)
   double rope_base = 1e6, rms_eps = 1e-6;
   uint64_t n_vocab = 0;                      // llama writes it as vocab_size
+  HybridMetadata hybrid;                     // qwen35moe
 };
 
 // general.* and ARCH.* keys, in the order llama.cpp's converter writes them.

@@ -1,6 +1,7 @@
 // Architecture facts of a model, read from GGUF metadata (the llama.cpp key names, prefixed by the architecture).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,8 +17,23 @@ enum class Family {
   kQwen3Moe,  // qwen3moe: qwen3 attention + softmax over all experts, top-k, weights renormalized
   kGemma4,    // gemma4: sliding and full attention layers of their own shapes, GELU MLPs with post-norms, routed
               // experts beside the dense MLP (26B-A4B) or per-layer embeddings (E2B); model/gemma4.h
+  kQwen35Moe, // qwen35moe: Gated DeltaNet layers with a gated attention layer every few, qwen3moe experts plus a
+              // gated shared expert (model/qwen35.h)
 };
 const char* family_name(Family f);
+
+// The Gated DeltaNet (linear attention) layers of a hybrid model: q, k and v heads of head_dim, a causal
+// convolution over the last conv_kernel positions of their projections, and a head_dim x head_dim state per v head.
+struct DeltaNetSpec {
+  uint32_t conv_kernel = 0;  // ssm.conv_kernel
+  uint32_t head_dim = 0;     // ssm.state_size (llama.cpp uses it for q, k and v heads alike)
+  uint32_t n_k_heads = 0;    // ssm.group_count: q and k heads
+  uint32_t n_v_heads = 0;    // ssm.time_step_rank: v heads, a multiple of n_k_heads (v head j reads q/k head
+                             // j % n_k_heads)
+  uint32_t k_dim() const { return n_k_heads * head_dim; }
+  uint32_t v_dim() const { return n_v_heads * head_dim; }
+  uint32_t conv_dim() const { return 2 * k_dim() + v_dim(); }  // channels of the convolution: q, k, v
+};
 
 // Which dimensions RoPE rotates together: adjacent pairs (2i, 2i+1), or i with i + n_rot/2 (GPT-NeoX).
 enum class RopeStyle { kNormal, kNeox };
@@ -57,6 +73,13 @@ struct ModelSpec {
   uint32_t n_rot = 0;         // rope.dimension_count (default head_dim_k)
   RopeStyle rope_style = RopeStyle::kNormal;
   bool qk_norm = false;       // attn_q_norm / attn_k_norm per head
+  // Hybrid models (qwen35moe): which layers are Gated DeltaNet instead of attention ([n_layer]; empty: none), their
+  // sizes, the attention layers' output gate (attn_q holds each head's query and then its gate), the shared expert.
+  std::vector<bool> recurrent;
+  DeltaNetSpec delta_net;
+  bool attn_gate = false;
+  uint32_t n_ff_shared = 0;   // expert_shared_feed_forward_length; 0: no shared expert
+  uint32_t n_layer_nextn = 0; // nextn_predict_layers: MTP blocks after the n_layer main ones (not run)
 
   // Where layers differ (gemma4): [n_layer], and the scalars above are the largest of each (head_dim_k/v, n_rot and
   // rope_base those of the full-attention layers). Empty for the other families.
@@ -67,6 +90,9 @@ struct ModelSpec {
 
   bool moe() const { return n_expert > 0; }
   LayerSpec layer(uint32_t il) const;
+  bool is_recurrent(uint32_t il) const { return il < recurrent.size() && recurrent[il]; }
+  uint32_t n_recurrent() const { return uint32_t(std::count(recurrent.begin(), recurrent.end(), true)); }
+  uint32_t n_kv_layers() const { return n_layer - n_recurrent(); }  // layers with a KV cache
   uint32_t q_dim() const { return n_head * head_dim_k; }
   uint32_t kv_dim_k() const { return n_head_kv * head_dim_k; }
   uint32_t kv_dim_v() const { return n_head_kv * head_dim_v; }

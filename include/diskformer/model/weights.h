@@ -45,6 +45,22 @@ struct LayerTensors {
   const gguf::TensorInfo* ple_gate = nullptr;         // inp_gate [n_embd_per_layer] x [n_embd]
   const gguf::TensorInfo* ple_proj = nullptr;         // proj [n_embd] x [n_embd_per_layer]
   const gguf::TensorInfo* ple_post_norm = nullptr;    // post_norm [n_embd] f32
+  // qwen35moe (model/qwen35.h). Its attention layers' wq is [n_head][2][head_dim_k] rows (each head's query, then
+  // its gate); its other layers are Gated DeltaNet (dims of spec.delta_net) instead of attention. ffn_norm is the
+  // tensor it names post_attention_norm.
+  const gguf::TensorInfo* ssm_qkv = nullptr;     // attn_qkv: [conv_dim] x [n_embd] (q, k, v channels)
+  const gguf::TensorInfo* ssm_z = nullptr;       // attn_gate: [v_dim] x [n_embd] (the output gate)
+  const gguf::TensorInfo* ssm_conv = nullptr;    // ssm_conv1d: [conv_dim] x [conv_kernel] f32
+  const gguf::TensorInfo* ssm_dt_bias = nullptr; // ssm_dt.bias: [n_v_heads] f32
+  const gguf::TensorInfo* ssm_a = nullptr;       // [n_v_heads] f32 (-exp(A_log): the decay's scale)
+  const gguf::TensorInfo* ssm_beta = nullptr;    // [n_v_heads] x [n_embd]
+  const gguf::TensorInfo* ssm_alpha = nullptr;   // [n_v_heads] x [n_embd]
+  const gguf::TensorInfo* ssm_norm = nullptr;    // [head_dim] f32
+  const gguf::TensorInfo* ssm_out = nullptr;     // [n_embd] x [v_dim]
+  const gguf::TensorInfo* gate_inp_shexp = nullptr;  // [1] x [n_embd]: the shared expert's gate logit
+  const gguf::TensorInfo* gate_shexp = nullptr;      // [n_ff_shared] x [n_embd]
+  const gguf::TensorInfo* up_shexp = nullptr;        // [n_ff_shared] x [n_embd]
+  const gguf::TensorInfo* down_shexp = nullptr;      // [n_embd] x [n_ff_shared]
 
   bool moe() const { return gate_exps != nullptr || gate_up_exps != nullptr; }
   // Every tensor of the block except the routed experts, in file order of the fields above.
@@ -80,6 +96,7 @@ Result<const gguf::TensorInfo*> bind_optional(const gguf::File& f, const std::st
 
 // Weight types the CPU kernels multiply: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K, IQ4_XS.
 bool matmul_type_supported(gguf::GgmlType t);
+std::string matmul_type_names();  // the list above, for errors
 
 // The views of one block's dense tensors (Mat.data == nullptr where the block has no such tensor). Routed experts
 // are not here: they come from a tier, by id.
@@ -90,6 +107,8 @@ struct LayerWeights {
   // gemma4, as LayerTensors
   Mat attn_post_norm, ffn_post_norm, out_scale, router_scale, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2;
   Mat down_exps_scale, ple_gate, ple_proj, ple_post_norm;
+  Mat ssm_qkv, ssm_z, ssm_conv, ssm_dt_bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;  // qwen35moe
+  Mat gate_inp_shexp, gate_shexp, up_shexp, down_shexp;
 };
 
 // A block's dense tensor: its binding and its view.

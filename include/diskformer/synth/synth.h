@@ -31,7 +31,7 @@ struct Gemma4Shape {
 };
 
 struct Shape {
-  std::string arch;            // "qwen3moe", "qwen3", "llama" or "gemma4"
+  std::string arch;            // "qwen3moe", "qwen3", "llama", "gemma4" or "qwen35moe"
   uint32_t n_layer = 4;
   uint32_t d_model = 64;
   uint32_t n_head = 2;
@@ -45,6 +45,15 @@ struct Shape {
   double rope_base = 1e6;
   double rms_eps = 1e-6;
   Gemma4Shape gemma4;          // arch "gemma4" only
+  // qwen35moe: Gated DeltaNet layers with a gated attention layer every full_attention_interval layers (whose heads
+  // rotate their first n_rot dims), routed experts plus a shared expert.
+  uint32_t shared_ff = 0;
+  uint32_t full_attention_interval = 0;
+  uint32_t n_rot = 0;
+  uint32_t ssm_conv = 0, ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0;  // kernel, head size, q/k and v heads
+  // Rows of the embeddings and output head; 0: the tokenizer's vocabulary. A larger count pads the vocabulary with
+  // unused tokens, as llama.cpp's converter pads a model's to its embedding rows.
+  uint64_t n_vocab = 0;
 };
 
 // Preset names per architecture ("tiny", ..., "qwen3-30b-a3b"); nullopt when unknown.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "diskformer/util/check.h"
 
@@ -89,17 +88,7 @@ void Forward::guess_experts(uint32_t next) {
   // The next block's norm and router applied to the current residual pick its experts well enough to start their
   // reads while this block's experts compute. Worth the router product only where experts stream.
   if (!s_.moe() || !w_.expert_tier || w_.expert_tier->resident() || w_.layers.empty()) return;
-  const model::LayerWeights& lw = w_.layers[next];
-  const int64_t E = s_.n_embd, X = s_.n_expert;
-  std::vector<float> xn(E), p(X);
-  rms_norm(b_.x.data(), lw.ffn_norm.f32(), E, s_.norm_eps, xn.data());
-  Context one{.kernels = ctx_.kernels};
-  cpu::matmul(one, lw.gate_inp, xn.data(), 1, p.data());
-  guess_.resize(X);
-  std::iota(guess_.begin(), guess_.end(), 0);
-  std::partial_sort(guess_.begin(), guess_.begin() + s_.n_expert_used, guess_.end(),
-                    [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-  guess_.resize(s_.n_expert_used);
+  cpu::guess_experts(*ctx_.kernels, s_, w_.layers[next].ffn_norm, w_.layers[next].gate_inp, b_.x.data(), guess_);
 }
 
 Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv) {
@@ -153,27 +142,17 @@ void Forward::dense_ffn(const model::LayerWeights& lw, int64_t n) {
 }
 
 Status Forward::moe_ffn(const model::LayerWeights& lw, uint32_t il, int64_t n) {
-  const int64_t E = s_.n_embd, X = s_.n_expert, K = s_.n_expert_used;
-  ensure(b_.router, n * X);
-  ensure(b_.expert_out, n * K * E);
-  matmul(lw.gate_inp, b_.xn.data(), n, b_.router.data());
-  // Softmax over all experts, the top K by probability, weights renormalized over the K.
-  route_top_k(b_.router.data(), n, X, K, s_.norm_topk, route_);
-  stats_.expert_uses += uint64_t(n * K);
-  if (routing_) routing_->record(il, route_.sel.data(), n);
-  DF_TRY(routed_expert_rows(ctx_,
-                            {.tier = w_.expert_tier, .layout = &w_.layouts->experts[il], .layer = il, .n_expert = X,
-                             .n_embd = E, .guess = guess_},
-                            route_, n, b_.xn.data(), b_.expert_out.data(), b_.routed));
-  // Weighted sum in routing order, as llama.cpp adds the experts' views one after another.
-  for (int64_t t = 0; t < n; ++t) {
-    float* out = b_.proj.data() + t * E;
-    for (int64_t k = 0; k < K; ++k) {
-      const float* eo = b_.expert_out.data() + (t * K + k) * E;
-      const float w = route_.weight[t * K + k];
-      for (int64_t i = 0; i < E; ++i) out[i] = k == 0 ? eo[i] * w : out[i] + eo[i] * w;
-    }
-  }
+  DF_TRY(moe_.run(ctx_, {.router = &lw.gate_inp,
+                         .tier = w_.expert_tier,
+                         .layout = &w_.layouts->experts[il],
+                         .layer = il,
+                         .x = b_.xn.data(),
+                         .n_tok = n,
+                         .out = b_.proj.data(),
+                         .one_row = one_row_,
+                         .guess = guess_,
+                         .routing = routing_}));
+  stats_.expert_uses = moe_.expert_uses();
   return {};
 }
 

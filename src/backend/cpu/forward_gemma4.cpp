@@ -234,11 +234,7 @@ void Gemma4Forward::guess_experts(uint32_t next) {
   router_input(lw, b_.attn_out.data(), 1, in.data());
   Context one{.kernels = ctx_.kernels};
   cpu::matmul(one, lw.gate_inp, in.data(), 1, p.data());
-  guess_.resize(X);
-  std::iota(guess_.begin(), guess_.end(), 0);
-  std::partial_sort(guess_.begin(), guess_.begin() + s_.n_expert_used, guess_.end(),
-                    [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-  guess_.resize(s_.n_expert_used);
+  top_k_ids(p.data(), X, s_.n_expert_used, guess_);
 }
 
 Status Gemma4Forward::routed_experts(const model::LayerWeights& lw, uint32_t il, int64_t n) {

@@ -356,6 +356,24 @@ DF_AVX2 void swiglu(int64_t n, const float* gate, const float* up, float* y) {
   for (int64_t i = whole; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+DF_AVX2 void silu(int64_t n, const float* x, float* y) {
+  const int64_t whole = n / 8 * 8;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t i = 0; i < whole; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(one, exp_approx8(_mm256_sub_ps(_mm256_setzero_ps(), v)))));
+  }
+  for (int64_t i = whole; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+DF_AVX2 void mad_f32(int64_t n, float* y, const float* x, float v) {
+  const __m256 vv = _mm256_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
+}
+
 DF_AVX2 void mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
   const __m256 vv = _mm256_set1_ps(v);
   int64_t i = 0;
@@ -413,6 +431,8 @@ const Kernels* avx2_kernels() {
       .dot_q4_k_q8_k_x8 = avx2::dot_q4_k_q8_k_x8,
       .dot4_q4_k_q8_k_x8 = avx2::dot4_q4_k_q8_k_x8,
       .swiglu = swiglu,
+      .silu = silu,
+      .mad_f32 = mad_f32,
       .mad_f16 = mad_f16,
       .scale_f16 = scale_f16,
   };

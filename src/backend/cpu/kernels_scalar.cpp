@@ -235,6 +235,16 @@ void swiglu(int64_t n, const float* gate, const float* up, float* y) {
   for (int64_t i = whole; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void silu(int64_t n, const float* x, float* y) {
+  const int64_t whole = n / 8 * 8;
+  for (int64_t i = 0; i < whole; ++i) y[i] = x[i] / (1.0f + exp_approx_f32(0.0f - x[i]));
+  for (int64_t i = whole; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+void mad_f32(int64_t n, float* y, const float* x, float v) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
+}
+
 void mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(std::fma(f16_to_f32(x[i]), v, f16_to_f32(y[i])));
 }
@@ -277,6 +287,8 @@ const Kernels& scalar_kernels() {
       .dot_q4_k_q8_k_x8 = scalar::dot_q4_k_q8_k_x8,
       .dot4_q4_k_q8_k_x8 = scalar::dot4_q4_k_q8_k_x8,
       .swiglu = swiglu,
+      .silu = silu,
+      .mad_f32 = mad_f32,
       .mad_f16 = mad_f16,
       .scale_f16 = scale_f16,
   };

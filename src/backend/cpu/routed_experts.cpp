@@ -26,6 +26,13 @@ void route_top_k(float* probs, int64_t n_tok, int64_t n_expert, int64_t k, bool 
   }
 }
 
+void top_k_ids(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& out) {
+  out.resize(size_t(n));
+  std::iota(out.begin(), out.end(), 0);
+  std::partial_sort(out.begin(), out.begin() + k, out.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  out.resize(size_t(k));
+}
+
 Status routed_expert_rows(Context& ctx, const RoutedLayer& l, const Routing& r, int64_t n_tok, const float* in,
                           float* out, RoutedScratch& sc) {
   const int64_t E = l.n_embd, K = int64_t(r.sel.size()) / n_tok;

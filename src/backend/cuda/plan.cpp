@@ -46,6 +46,16 @@ std::vector<std::vector<cache::PartPlace>> expert_planes(const model::RecordLayo
   return parts;
 }
 
+std::optional<std::string> cuda_unsupported(const model::ModelSpec& spec) {
+  const char* why = nullptr;
+  switch (spec.family) {
+    case model::Family::kGemma4: why = "layers of their own shapes, per-layer embeddings"; break;
+    case model::Family::kQwen35Moe: why = "Gated DeltaNet layers"; break;
+    default: return std::nullopt;
+  }
+  return "the CUDA backend does not run " + spec.arch + " models yet (" + why + ")";
+}
+
 Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors& t,
                          const model::RecordLayouts& layouts, const GpuPlanOptions& o) {
   DF_CHECK(t.layers.size() == spec.n_layer);

@@ -12,8 +12,8 @@
 
 #include "diskformer/backend/cpu/experts.h"
 #include "diskformer/backend/cpu/kv_cache.h"
+#include "diskformer/backend/cpu/moe_layer.h"
 #include "diskformer/backend/cpu/ops.h"
-#include "diskformer/backend/cpu/routed_experts.h"
 #include "diskformer/cache/tier.h"
 #include "diskformer/model/moe_schedule.h"
 #include "diskformer/model/records.h"
@@ -46,10 +46,7 @@ struct ForwardBuffers {
   std::vector<float> attn;    // [n_tok][n_head * head_dim_v]
   std::vector<float> proj;    // [n_tok][n_embd] sublayer output
   std::vector<float> gate, up;  // [n_tok][n_ff] (dense layers)
-  std::vector<float> router;  // [n_tok][n_expert]
-  std::vector<float> expert_out;  // [n_tok][n_expert_used][n_embd]
   std::vector<float> logits;  // [n_out][n_vocab]
-  RoutedScratch routed;
 };
 
 // Routing counters for the cache statistics and the benchmarks.
@@ -79,7 +76,7 @@ class Forward final : public ForwardPass {
  public:
   // spec and weights must outlive the forward.
   Forward(const model::ModelSpec& spec, const ForwardWeights& weights, Context& ctx)
-      : s_(spec), w_(weights), ctx_(ctx) {}
+      : s_(spec), w_(weights), ctx_(ctx), moe_(spec) {}
 
   Status run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits = false) override;
   const std::vector<float>& logits() const override { return b_.logits; }
@@ -103,7 +100,7 @@ class Forward final : public ForwardPass {
   model::RoutingStats* routing_ = nullptr;
   cache::Pins layer_pin_;  // the streamed dense layer being computed
   std::vector<int32_t> guess_;  // the next layer's guessed experts (empty: none)
-  Routing route_;  // the current MoE layer's choice
+  MoeLayer moe_;  // MoE layers' routing and experts
   // llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not
   // reproduced here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal
   // its batched results wherever the two agree (the gold files' stable cases).

@@ -83,6 +83,10 @@ struct Kernels {
   // y[i] = silu(gate[i]) * up[i] over one row of n: as llama.cpp's SIMD SwiGLU, 8-element steps take the
   // exponential of exp_approx.h, the last n % 8 elements libm's expf.
   void (*swiglu)(int64_t n, const float* gate, const float* up, float* y);
+  // y[i] = silu(x[i]) over one row of n, in swiglu's order (llama.cpp's SIMD SiLU).
+  void (*silu)(int64_t n, const float* x, float* y);
+  // y[i] = fma(x[i], v, y[i]) (ggml_vec_mad_f32): the delta rule's rank-one updates of its state.
+  void (*mad_f32)(int64_t n, float* y, const float* x, float v);
 
   // Half-precision accumulators of attention: y[i] = f16(fma(x[i], v, y[i])) and y[i] = f16(y[i] * v).
   void (*mad_f16)(int64_t n, uint16_t* y, const uint16_t* x, float v);

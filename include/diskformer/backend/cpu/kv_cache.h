@@ -22,9 +22,11 @@ struct KvCache {
   std::vector<uint16_t> v;   // per owning layer: [n_ctx][dim_v] f16
 
   KvCache() = default;
+  // Layers without attention (a hybrid model's DeltaNet layers) have no storage.
   KvCache(const model::ModelSpec& s, uint32_t n_ctx) : n_ctx(n_ctx), n_layer(s.n_layer), layers(s.n_layer) {
     uint64_t k_elems = 0, v_elems = 0;
     for (uint32_t il = 0; il < s.n_layer; ++il) {
+      if (s.is_recurrent(il)) continue;
       const model::LayerSpec l = s.layer(il);
       if (l.kv_layer != il) {
         layers[il] = layers[l.kv_layer];  // sources come first
@@ -48,6 +50,7 @@ struct KvCache {
   static uint64_t bytes_for(const model::ModelSpec& s, uint32_t n_ctx) {
     uint64_t b = 0;
     for (uint32_t il = 0; il < s.n_layer; ++il) {
+      if (s.is_recurrent(il)) continue;
       const model::LayerSpec l = s.layer(il);
       if (l.kv_layer == il) b += uint64_t(n_ctx) * (l.kv_dim_k() + l.kv_dim_v()) * 2;
     }

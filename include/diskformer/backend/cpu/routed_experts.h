@@ -28,6 +28,9 @@ struct Routing {
 // renormalized over the k where `renormalize` (the sum in double, at least 2^-14, as llama.cpp clamps it).
 void route_top_k(float* probs, int64_t n_tok, int64_t n_expert, int64_t k, bool renormalize, Routing& out);
 
+// The ids of the k largest of scores[0 .. n), largest first: the next layer's experts as guessed from its router.
+void top_k_ids(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& out);
+
 struct RoutedLayer {
   cache::RecordTier* tier = nullptr;            // the layer's experts, record (layer, expert)
   const model::ExpertLayout* layout = nullptr;  // their record image

@@ -37,6 +37,10 @@ constexpr uint64_t kGpuContextBytes = 512ull << 20;
 // Slack for the driver rounding the session's buffers to its pages, and the streaming engine's small tables.
 constexpr uint64_t kGpuMarginBytes = 32ull << 20;
 
+// Why the CUDA backend cannot run a model of this family ("the CUDA backend does not run ... yet (...)"), for the
+// engine's refusal at open and inspect's; nullopt where it can.
+std::optional<std::string> cuda_unsupported(const model::ModelSpec& spec);
+
 struct GpuPlanOptions {
   std::optional<uint64_t> budget;  // bytes of GPU memory, context included; nullopt = everything resident
   uint32_t n_ctx = 4096;           // KV cache positions

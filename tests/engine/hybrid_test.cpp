@@ -1,0 +1,257 @@
+// A hybrid model's sequence (qwen35moe: DeltaNet layers with a recurrent state): truncate() anywhere -- onto a copy
+// of the state, between copies, before all of them, into positions still to be recomputed -- then eval equals a
+// fresh session given the kept tokens and the new ones in one batch; a two-turn chat equals the same conversation
+// rendered and run in one go; the plan counts the state; CUDA refuses the model at open.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "diskformer/chat/template.h"
+#include "diskformer/engine/generate.h"
+#include "diskformer/engine/model.h"
+#include "diskformer/gguf/reader.h"
+#include "diskformer/gguf/writer.h"
+#include "diskformer/sampling/sampler.h"
+#include "diskformer/tokenizer/tokenizer.h"
+#include "model/gold.h"
+#include "support/cli_run.h"
+#include "support/sessions.h"
+#include "support/test_paths.h"
+
+namespace df::test {
+namespace {
+
+using engine::Model;
+using engine::Session;
+
+constexpr const char* kModel = "models/qwen35moe-q8_0.gguf";
+
+std::vector<float> logits_of(Session& s) { return {s.logits().begin(), s.logits().end()}; }
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Greedy decode of n tokens, one eval each (the last one is not fed back).
+std::vector<int32_t> decode(Session& s, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(sampling::argmax(s.logits()));
+    if (i + 1 < n) EXPECT_TRUE(s.eval(std::span<const int32_t>(&out.back(), 1)).ok());
+  }
+  return out;
+}
+
+TEST(HybridSequence, TruncateAnywhereThenEvalEqualsAFreshRun) {
+  DF_REQUIRE_SHARED(path, kModel);
+  auto m = Model::open(path.string(), {.n_ctx = 256, .threads = 2});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  // 14 prompt tokens (copies of the state at 6 and 14), then 6 decode steps: n_past 19.
+  const std::vector<int32_t> prompt = {785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13, 576, 1156, 2310, 11};
+  const std::vector<int32_t> next = {3555, 1052, 374, 264, 1273};
+  // Onto the copy at the prompt's end; after it (decoded positions recomputed); onto the copy 8 before the end;
+  // between the copies; before both; twice, the second cut inside the positions the first left to recompute, and
+  // below the copy the first restored.
+  const std::vector<std::vector<uint32_t>> cuts = {{14}, {17}, {6}, {10}, {3}, {17, 15}, {17, 12}};
+  for (const auto& cut : cuts) {
+    Session s = new_session(**m);
+    ASSERT_TRUE(s.eval(prompt).ok());
+    const std::vector<int32_t> generated = decode(s, 6);
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), generated.begin(), generated.end() - 1);
+    ASSERT_EQ(s.n_past(), all.size());
+    for (uint32_t keep : cut) {
+      s.truncate(keep);
+      EXPECT_EQ(s.n_past(), keep);
+    }
+    ASSERT_TRUE(s.eval(next).ok());
+    std::vector<int32_t> ids(all.begin(), all.begin() + cut.back());
+    ids.insert(ids.end(), next.begin(), next.end());
+    Session fresh = new_session(**m);
+    ASSERT_TRUE(fresh.eval(ids).ok());
+    EXPECT_EQ(s.n_past(), fresh.n_past());
+    EXPECT_TRUE(same_bits(logits_of(s), logits_of(fresh))) << "kept " << cut.back();
+  }
+}
+
+// Turn after turn (more turns than copies are kept): each turn cuts back into the previous one and continues.
+TEST(HybridSequence, ManyTurnsEachCutIntoTheLastOne) {
+  DF_REQUIRE_SHARED(path, kModel);
+  auto m = Model::open(path.string(), {.n_ctx = 512, .threads = 2});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  Session s = new_session(**m);
+  std::vector<int32_t> kept;
+  for (int turn = 0; turn < 7; ++turn) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 12; ++i) prompt.push_back(int32_t(1000 + 37 * turn + 11 * i));
+    ASSERT_TRUE(s.eval(prompt).ok());
+    kept.insert(kept.end(), prompt.begin(), prompt.end());
+    const std::vector<int32_t> reply = decode(s, 4);
+    kept.insert(kept.end(), reply.begin(), reply.end() - 1);
+    // The next turn keeps all but the last 2 prompt tokens and the reply (a template rewriting its tail).
+    const uint32_t keep = uint32_t(kept.size()) - 5;
+    s.truncate(keep);
+    kept.resize(keep);
+    Session fresh = new_session(**m);
+    std::vector<int32_t> ids = kept;
+    ids.push_back(7);
+    ids.push_back(8);
+    ASSERT_TRUE(s.eval(std::vector<int32_t>{7, 8}).ok());
+    ASSERT_TRUE(fresh.eval(ids).ok());
+    EXPECT_TRUE(same_bits(logits_of(s), logits_of(fresh))) << "turn " << turn;
+    kept.push_back(7);
+    kept.push_back(8);
+  }
+}
+
+TEST(HybridSequence, AllLogitsAfterTruncateAreTheCallersRowsOnly) {
+  DF_REQUIRE_SHARED(path, kModel);
+  auto m = Model::open(path.string(), {.n_ctx = 128, .threads = 2});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const std::vector<int32_t> a = {785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13, 576, 1156};
+  const std::vector<int32_t> b = {3555, 1052, 374};
+  Session s = new_session(**m), fresh = new_session(**m);
+  ASSERT_TRUE(s.eval(a).ok());
+  s.truncate(7);  // back to the copy at 4: positions 4..6 are recomputed with b
+  ASSERT_TRUE(s.eval(b, /*all_logits=*/true).ok());
+  std::vector<int32_t> ids(a.begin(), a.begin() + 7);
+  ASSERT_TRUE(fresh.eval(ids).ok());
+  ASSERT_TRUE(fresh.eval(b, /*all_logits=*/true).ok());
+  EXPECT_EQ(s.logits().size(), b.size() * (*m)->spec().n_vocab);
+  EXPECT_TRUE(same_bits(logits_of(s), logits_of(fresh)));
+}
+
+TEST(HybridSequence, ARefusedBatchChangesNothing) {
+  DF_REQUIRE_SHARED(path, kModel);
+  auto m = Model::open(path.string(), {.n_ctx = 64, .threads = 2});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const std::vector<int32_t> a = {785, 3974, 13876, 38835}, b = {34208, 916};
+  Session s = new_session(**m), fresh = new_session(**m);
+  ASSERT_TRUE(s.eval(a).ok());
+  EXPECT_FALSE(s.eval(std::vector<int32_t>{916, -1}).ok());
+  EXPECT_FALSE(s.eval(std::vector<int32_t>(61, 916)).ok());  // context overflow
+  EXPECT_EQ(s.n_past(), a.size());
+  ASSERT_TRUE(s.eval(b).ok());
+  ASSERT_TRUE(fresh.eval(a).ok());
+  ASSERT_TRUE(fresh.eval(b).ok());
+  EXPECT_TRUE(same_bits(logits_of(s), logits_of(fresh)));
+}
+
+TEST(HybridSequence, PlanCountsTheStateAndAttentionLayersOnly) {
+  DF_REQUIRE_SHARED(path, kModel);
+  auto m = Model::open(path.string(), {.n_ctx = 512, .threads = 1});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const auto& spec = (*m)->spec();
+  EXPECT_EQ(spec.family, model::Family::kQwen35Moe);
+  EXPECT_EQ(spec.n_layer, 8u);  // block_count 9 less the MTP block
+  EXPECT_EQ(spec.n_recurrent(), 6u);
+  const auto& p = (*m)->plan();
+  // 2 attention layers x 512 positions x (256 + 256) f16; 6 DeltaNet layers x (3 x 1024 conv + 4 x 128 x 128) f32,
+  // the live state, its 4 copies and a spare.
+  EXPECT_EQ(p.kv_bytes, 2ull * 512 * 512 * 2);
+  EXPECT_EQ(p.state_bytes, 6ull * 6 * (3 * 1024 + 4 * 128 * 128) * 4);
+  EXPECT_NE((*m)->describe().find("recurrent state"), std::string::npos) << (*m)->describe();
+}
+
+TEST(HybridSequence, CudaRefusesTheModelAtOpen) {
+  DF_REQUIRE_SHARED(path, kModel);
+  auto m = Model::open(path.string(), {.n_ctx = 64, .threads = 1, .backend = engine::Backend::kCuda});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message.find("the CUDA backend does not run qwen35moe models yet"), std::string::npos)
+      << m.error().message;
+  EXPECT_EQ(m.error().message.find('\n'), std::string::npos);
+}
+
+// The reply the chat command prints for a conversation, generated here from one fresh session.
+std::string reply_in_one_go(Model& m, const tokenizer::Tokenizer& tok, const chat::Template& tpl,
+                            const chat::ChatInput& input, int n) {
+  auto rendered = chat::render_chat(tpl, input);
+  EXPECT_TRUE(rendered.ok()) << rendered.error().message;
+  const std::vector<int32_t> ids = tok.encode(*rendered, {.parse_special = true});
+  Session s = new_session(m);
+  std::vector<int32_t> history;
+  std::string text;
+  tokenizer::StreamDecoder dec(tok);
+  engine::GenerateHooks hooks;
+  hooks.on_token = [&](int32_t id) { text += dec.push(id); };
+  auto st = engine::generate(s, ids, {.n_predict = n, .ignore_eos = true, .sampling = {.temp = 0}}, hooks, history);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  return text + dec.flush();
+}
+
+// The model's GGUF with another chat template (tensor data copied as it is).
+void copy_with_chat_template(const std::string& from, const std::string& to, const std::string& tpl) {
+  auto f = gguf::read_file(from);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  auto w = gguf::Writer::create(to, {.alignment = f->alignment});
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  for (const auto& kv : f->metadata) w->set(kv.key, kv.value);
+  w->set("tokenizer.chat_template", gguf::Value::string(tpl));
+  for (const auto& t : f->tensors) ASSERT_TRUE(w->add_tensor(t.name, t.type, t.shape).ok());
+  ASSERT_TRUE(w->write_header().ok());
+  const std::string bytes = slurp(from);
+  for (const auto& t : f->tensors) ASSERT_TRUE(w->write_data(bytes.data() + t.offset, t.n_bytes).ok());
+  ASSERT_TRUE(w->finish().ok());
+}
+
+// chat's second turn reuses the first's cached positions: with the model's template they are all a prefix of the
+// second prompt (the state simply continues); the Qwen3.5 template renders the first reply without the "<think>\n"
+// its generation prompt ended with, so the second turn cuts into the first prompt and the state comes back from a
+// copy. Either way the replies are those of the whole conversation rendered and run in one go.
+void check_two_turns(const std::string& model_path) {
+  const std::string turns[] = {"Hello", "And then?"};
+  const CliRun r = run_cli_capture("chat -m " + model_path + " -n 8 --temp 0 --ignore-eos -t 2 --quiet",
+                                   turns[0] + "\n" + turns[1] + "\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+
+  auto m = Model::open(model_path, {.n_ctx = 4096, .threads = 2});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  auto tok = tokenizer::Tokenizer::from_gguf((*m)->file());
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  auto tpl = chat::Template::parse((*m)->file().get_string_or("tokenizer.chat_template", ""), "chat_template");
+  ASSERT_TRUE(tpl.ok()) << tpl.error().message;
+  chat::ChatInput input;
+  input.bos_token = tok->token_to_piece(tok->bos(), true);
+  input.eos_token = tok->token_to_piece(tok->eos(), true);
+  input.messages.push_back({{"role", "user"}, {"content", turns[0]}});
+  const std::string first = reply_in_one_go(**m, *tok, *tpl, input, 8);
+  input.messages.push_back({{"role", "assistant"}, {"content", first}});
+  input.messages.push_back({{"role", "user"}, {"content", turns[1]}});
+  const std::string second = reply_in_one_go(**m, *tok, *tpl, input, 8);
+  EXPECT_EQ(r.out, first + "\n" + second + "\n");
+}
+
+TEST(HybridChat, TwoTurnsEqualTheConversationRunInOneGo) {
+  DF_REQUIRE_SHARED(path, kModel);
+  check_two_turns(path.string());
+}
+
+TEST(HybridChat, TwoTurnsEqualOneGoWhereTheTemplateRewritesTheFirstPrompt) {
+  DF_REQUIRE_SHARED(path, kModel);
+  DF_REQUIRE_SHARED(jinja, "templates/jinja/Qwen3.5-4B.jinja");
+  const std::string copy = (temp_dir("hybrid_chat") / "qwen35-template.gguf").string();
+  copy_with_chat_template(path.string(), copy, slurp(jinja));
+  check_two_turns(copy);
+}
+
+// The run command prints llama.cpp's completion of a stable case, all resident and with its experts streamed; there
+// is no GPU plan for the model.
+TEST(HybridCli, RunPrintsLlamaCppsCompletionAndInspectHasNoGpuPlan) {
+  DF_REQUIRE_SHARED(path, kModel);
+  const auto cases = read_gold((shared_dir() / "models/qwen35moe-q8_0.gold.json").string());
+  const GoldCase& c = cases.at(0);
+  ASSERT_TRUE(c.stable);
+  const std::string base = "run -m " + path.string() + " -p '" + c.prompt + "' -n 32 --temp 0 --ignore-eos -t 2";
+  for (const std::string& budget : {"", " --ram-budget 10.6M"}) {
+    const CliRun r = run_cli_capture(base + budget);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, c.completion) << budget;
+    if (!budget.empty()) EXPECT_NE(r.err.find("experts streamed"), std::string::npos) << r.err;
+  }
+  const CliRun plan = run_cli_capture("inspect -m " + path.string() + " --gpu-budget 4G");
+  EXPECT_EQ(plan.status, 1);
+  EXPECT_NE(plan.err.find("the CUDA backend does not run qwen35moe models yet"), std::string::npos) << plan.err;
+}
+
+}  // namespace
+}  // namespace df::test
