@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/fetch.h"
 #include "diskformer/backend/cuda/plan.h"
 #include "diskformer/engine/model_files.h"
 #include "diskformer/store/store.h"
@@ -294,16 +295,22 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  Args args("inspect", "-m MODEL|--store DIR [--json] [--gpu-budget SIZE [-c N]]");
-  args.option("-m,--model", "PATH", "GGUF file to describe (or the first part of a split one), or a store directory "
-              "made by ingest");
+  Args args("inspect", "-m MODEL|-hf ORG/REPO[:QUANT]|--store DIR [--json] [--gpu-budget SIZE [-c N]]");
+  args.option("-m,--model", "PATH|URL", "GGUF file to describe (or the first part of a split one; a URL is fetched "
+              "into the cache), or a store directory made by ingest");
+  add_fetch_options(args);
   args.option("--store", "DIR", "a store made by ingest (its source's header and the store's layout)");
   args.flag("--json", "one JSON object on stdout instead of tables");
   args.option("--gpu-budget", "SIZE", "print the GPU residency plan for this budget (CUDA context included)");
   args.option("-c,--ctx-size", "N", "context length of the plan's KV cache (default: the model's, at most 4096)");
   if (!args.parse(argc, argv)) return args.exit_code();
-  auto path = args.get("--store") ? args.get("--store") : args.get("--model");
-  if (!path) return args.usage_error("-m MODEL (or --store DIR) is required");
+  std::optional<std::string> path = args.get("--store");
+  if (!path) {
+    if (!args.has("--model") && !args.has("--hf-repo"))
+      return args.usage_error("-m MODEL (or -hf ORG/REPO, or --store DIR) is required");
+    path = fetched_model(args);
+    if (!path) return args.exit_code() ? args.exit_code() : 1;
+  }
   auto gpu_budget = args.get_size("--gpu-budget");
   auto ctx = args.get_int("--ctx-size", 0, 0, 1 << 24);
   if (!gpu_budget || !ctx) return args.exit_code();

@@ -69,6 +69,8 @@ struct HttpOptions {
   // The netrc whose entry for the host gives the login where neither the URL nor `auth` does; "" is libcurl's
   // default, ~/.netrc.
   std::string netrc_file;
+  // Request headers sent as they are ("Authorization: Bearer hf_..."); never shown in a message or stored.
+  std::vector<std::string> headers;
   // One line per retry: what failed, and when it is asked again.
   std::function<void(const std::string&)> on_retry;
 };
