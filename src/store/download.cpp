@@ -116,7 +116,8 @@ Result<DownloadResult> download(const std::string& url, const std::string& path,
     const uint64_t n = std::min(kWindow, have - at);
     ssize_t r = ::pread(f.fd, buf.data(), n, static_cast<off_t>(at));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return Error{partial + ": read at offset " + std::to_string(at) + " failed: " + detail::errno_text(errno)};
+    if (r <= 0)
+      return Error{partial + ": read at offset " + std::to_string(at) + " failed: " + detail::errno_text(errno)};
     hash.update(buf.data(), static_cast<size_t>(r));
     at += static_cast<uint64_t>(r);
   }

@@ -22,7 +22,8 @@ using nlohmann::json;
 bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 bool is_hex(std::string_view s, size_t n) {
-  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  return s.size() == n &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
 std::string upper(std::string s) {
@@ -412,7 +413,8 @@ Result<Fetched> fetch_url(const std::string& url, const HubOptions& o) {
   const std::string bare = parts.url.substr(0, parts.url.find_first_of("?#"));
   const size_t scheme = bare.find("://");
   const size_t host_end = bare.find('/', scheme + 3);
-  const std::string host = bare.substr(scheme + 3, host_end == std::string::npos ? std::string::npos : host_end - scheme - 3);
+  const std::string host =
+      bare.substr(scheme + 3, host_end == std::string::npos ? std::string::npos : host_end - scheme - 3);
   const std::string name = host_end == std::string::npos ? "" : bare.substr(bare.rfind('/') + 1);
   if (name.empty() || !is_safe_subpath(name) || !is_safe_subpath(host))
     return Error{redact_url(url) + ": the URL names no file"};

@@ -78,7 +78,8 @@ Result<std::vector<Job>> plan_jobs(const RecordMap& from, const RecordMap& to, c
   // headers keep each tensor inside its part, so an overlap lies inside one part.)
   for (size_t i = 1; i < jobs.size(); ++i)
     if (jobs[i - 1].src + jobs[i - 1].len > jobs[i].src) {
-      const size_t k = static_cast<size_t>(std::upper_bound(bases.begin(), bases.end(), jobs[i].src) - bases.begin()) - 1;
+      const auto k =
+          static_cast<size_t>(std::upper_bound(bases.begin(), bases.end(), jobs[i].src) - bases.begin()) - 1;
       return Error{from.files()[k] + ": tensor data overlaps at offset " + std::to_string(jobs[i].src - bases[k]) +
                    " (a range of " + std::to_string(jobs[i - 1].len) + " bytes at " +
                    std::to_string(jobs[i - 1].src - bases[k]) + " runs into it)"};

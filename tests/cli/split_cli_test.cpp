@@ -32,7 +32,8 @@ TEST(Cli, SplitModelsRunAndInspectFromTheirFirstPart) {
     EXPECT_EQ(got.out, want.out) << budget;
   }
 
-  const CliRun later = run_cli_capture("run -m " + (first.parent_path() / "qwen3-q4_0-00002-of-00003.gguf").string() + gen);
+  const fs::path second = first.parent_path() / "qwen3-q4_0-00002-of-00003.gguf";
+  const CliRun later = run_cli_capture("run -m " + second.string() + gen);
   EXPECT_EQ(later.status, 1);
   EXPECT_NE(later.err.find("part 2 of 3 of a split model (split.no = 1); open its first part, " + first.string()),
             std::string::npos) << later.err;
