@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "diskformer/io/buffer.h"
@@ -23,7 +24,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint64_t kWindow = 4ull << 20;
+// Bytes per Range request: large enough that a request's round trip is small beside its transfer.
+constexpr uint64_t kWindow = 16ull << 20;
 
 std::string last_segment(const std::string& url) {
   std::string s = url.substr(0, url.find_first_of("?#"));
@@ -133,21 +135,38 @@ Result<DownloadResult> download(const std::string& url, const std::string& path,
     o.on_progress({.name = name, .done = done, .total = fp.size, .this_run = done - have,
                    .seconds = std::chrono::duration<double>(Clock::now() - t0).count(), .finished = finished});
   };
+  auto kept = [&](const Error& e, uint64_t at) {
+    return Error{e.message + "; " + format_size(at) + " of " + format_size(fp.size) + " kept in " + partial +
+                 ": run again to resume"};
+  };
+  // Two windows: the next one is fetched on another thread while this one is written and hashed (one request in
+  // flight at a time: the source is never used by two threads at once).
+  DF_ASSIGN(io::AlignedBuffer spare, io::AlignedBuffer::allocate(kWindow));
+  io::AlignedBuffer* bufs[2] = {&buf, &spare};
+  auto fetch = [&](uint64_t at, int slot) {
+    const uint64_t n = std::min(kWindow, fp.size - at);
+    uint8_t* dst = bufs[slot]->data();
+    return std::async(std::launch::async, [&src, at, n, dst] { return src->read(at, dst, n); });
+  };
   uint64_t pos = have;
+  int slot = 0;
+  std::future<Status> cur;
+  if (pos < fp.size) cur = fetch(pos, slot);
   while (pos < fp.size) {
     const uint64_t n = std::min(kWindow, fp.size - pos);
-    auto kept = [&](const Error& e, uint64_t at) {
-      return Error{e.message + "; " + format_size(at) + " of " + format_size(fp.size) + " kept in " + partial +
-                   ": run again to resume"};
-    };
-    Status rs = src->read(pos, buf.data(), n);
+    Status rs = cur.get();
     if (!rs.ok()) return kept(rs.error(), pos);
+    std::future<Status> next;  // an error below waits for it in its destructor
+    if (pos + n < fp.size) next = fetch(pos + n, 1 - slot);
+    const uint8_t* data = bufs[slot]->data();
     uint64_t written = 0;
-    Status ws = write_all(f.fd, partial, buf.data(), n, pos, written);
+    Status ws = write_all(f.fd, partial, data, n, pos, written);
     if (!ws.ok()) return kept(ws.error(), pos + written);
-    hash.update(buf.data(), n);
+    hash.update(data, n);
     pos += n;
     if (pos < fp.size) report(pos, false);
+    cur = std::move(next);
+    slot = 1 - slot;
   }
   if (::fdatasync(f.fd) != 0) return Error{partial + ": fdatasync failed: " + detail::errno_text(errno)};
   res.bytes = pos;
