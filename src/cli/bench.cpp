@@ -87,7 +87,7 @@ json opt(const std::optional<uint64_t>& v) { return v ? json(*v) : json(nullptr)
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args("bench", "-m MODEL|--store DIR [-p 512] [-n 64] [-r REPS] [-t N] [-b N] [--ram-budget SIZE] "
+  Args args("bench", "-m MODEL|-hf ORG/REPO[:QUANT]|--store DIR [-p 512] [-n 64] [-r REPS] [-t N] [-b N] [--ram-budget SIZE] "
                      "[--backend cpu|cuda] [--gpu-budget SIZE] [--json]");
   add_model_options(args);
   args.option("-p,--n-prompt", "N[,N...]", "prompt tokens per prefill (default 512)");

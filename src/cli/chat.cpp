@@ -26,7 +26,7 @@ constexpr const char* kChatMl =
 }  // namespace
 
 int cmd_chat(int argc, char** argv) {
-  Args args("chat", "-m MODEL|--store DIR [--system TEXT] [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
+  Args args("chat", "-m MODEL|-hf ORG/REPO[:QUANT]|--store DIR [--system TEXT] [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
   add_model_options(args);
   args.option("--system", "TEXT", "system message that starts the conversation");
   add_sampling_options(args);

@@ -5,13 +5,16 @@
 #include <cstdio>
 #include <random>
 
+#include "cli/fetch.h"
 #include "diskformer/store/store.h"
 #include "diskformer/util/size.h"
 
 namespace df::cli {
 
 void add_model_options(Args& args, bool gpu) {
-  args.option("-m,--model", "PATH", "GGUF model file, or a store directory made by ingest");
+  args.option("-m,--model", "PATH|URL", "GGUF model file (or the first part of a split one), an http(s) URL of one "
+              "(fetched into the cache), or a store directory made by ingest");
+  add_fetch_options(args);
   args.option("--store", "DIR", "run from this store made by ingest (with -m FILE: checked to still match it)");
   args.option("-c,--ctx-size", "N", "context length (default: the model's, at most 4096)");
   args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
@@ -37,12 +40,13 @@ void add_sampling_options(Args& args) {
 }
 
 std::optional<std::string> model_path(Args& args) {
-  const auto m = args.get("--model");
   const auto dir = args.get("--store");
-  if (!m && !dir) {
-    args.usage_error("-m MODEL (or --store DIR) is required");
+  if (!args.has("--model") && !args.has("--hf-repo") && !dir) {
+    args.usage_error("-m MODEL (or -hf ORG/REPO, or --store DIR) is required");
     return std::nullopt;
   }
+  const auto m = fetched_model(args);
+  if (args.exit_code() || (!m && (args.has("--model") || args.has("--hf-repo")))) return std::nullopt;
   if (!dir) return *m;
   if (m) {  // the store must be of this file, as it is now
     auto s = store::Store::open(*dir, {.source = *m});

@@ -11,12 +11,13 @@
 
 namespace df::cli {
 
-// -m, --store, -c, -t, --ram-budget; with gpu: --gpu-budget, --cpu-experts, --expert-prefetch, --backend
+// -m, -hf, -hff, --store, -c, -t, --ram-budget; with gpu: --gpu-budget, --cpu-experts, --expert-prefetch, --backend
 void add_model_options(Args& args, bool gpu = true);
 void add_sampling_options(Args& args);   // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed, --ignore-eos
 
-// What the model is read from: the store (--store DIR, or -m DIR), else -m. With both -m FILE and --store DIR the
-// store must still match the file (size, mtime, header): refused otherwise. nullopt after an error (printed; the
+// What the model is read from: the store (--store DIR, or -m DIR), else -m (a URL, and -hf, fetched into the cache
+// first: fetch.h). With both -m FILE and --store DIR the store must still match the file (size, mtime, header):
+// refused otherwise. nullopt after an error (printed; the
 // exit code is in args for a usage error, 1 otherwise: exit_code() stays 0).
 std::optional<std::string> model_path(Args& args);
 

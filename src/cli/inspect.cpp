@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/fetch.h"
 #include "cli/inspect_spec.h"
 #include "diskformer/backend/cuda/plan.h"
 #include "diskformer/engine/model_files.h"
@@ -97,6 +98,13 @@ int print_json(const gguf::File& f, const gguf::Breakdown& b) {
   j["gguf_version"] = f.version;
   j["alignment"] = f.alignment;
   j["data_offset"] = f.data_offset;
+  // Every file the model's tensors lie in: the GGUF, or each part of a split one (tensor offsets are the part's).
+  json parts = json::array();
+  for (size_t k = 0; k < f.n_parts(); ++k) {
+    const size_t n = f.parts.empty() ? f.tensors.size() : f.parts[k].n_tensors;
+    parts.push_back({{"path", f.part_path(k)}, {"file_bytes", f.part_size(k)}, {"tensors", n}});
+  }
+  j["parts"] = parts;
   j["architecture"] = f.architecture();
   std::string arch = f.architecture();
   json hp = json::object(), meta = json::object();
@@ -134,6 +142,7 @@ int print_json(const gguf::File& f, const gguf::Breakdown& b) {
                        {"shape", t.shape},
                        {"bytes", t.n_bytes},
                        {"offset", t.offset},
+                       {"part", t.part},
                        {"category", gguf::category_name(gguf::categorize(t.name))}});
   j["tensors"] = tensors;
   j["spec"] = spec_json(f);
@@ -150,6 +159,13 @@ int print_text(const gguf::File& f, const gguf::Breakdown& b) {
   std::printf("%s: GGUF v%u, %s, %zu tensors, %zu metadata keys, alignment %u, tensor data at offset %llu\n",
               f.path.c_str(), f.version, format_size(f.file_size).c_str(), f.tensors.size(), f.metadata.size(),
               f.alignment, static_cast<unsigned long long>(f.data_offset));
+  const bool split = f.n_parts() > 1;
+  if (split) {
+    std::printf("split model: %zu parts (tensor offsets are each part's)\n", f.n_parts());
+    for (size_t k = 0; k < f.n_parts(); ++k)
+      std::printf("  part %zu: %s, %s, %zu tensors\n", k + 1, shown(f.parts[k].path).c_str(),
+                  format_size(f.parts[k].file_size).c_str(), f.parts[k].n_tensors);
+  }
   std::printf("architecture: %s\n", arch.empty() ? "(none: vocabulary only)" : shown(arch).c_str());
   std::string name = f.get_string_or("general.name", "");
   if (!name.empty()) std::printf("name: %s\n", shown(name).c_str());
@@ -202,12 +218,16 @@ int print_text(const gguf::File& f, const gguf::Breakdown& b) {
     for (const auto& [t, n] : bytes_by_type(f))
       std::printf("  %-28s %14llu  %-11s %5.1f%%\n", std::string(gguf::type_name(t)).c_str(),
                   static_cast<unsigned long long>(n), format_size(n).c_str(), b.total ? 100.0 * n / b.total : 0.0);
-    std::printf("\ntensors:\n  %-36s %-8s %-24s %14s %14s\n", "name", "type", "shape", "bytes", "offset");
-    for (const auto& t : f.tensors)
-      std::printf("  %-36s %-8s %-24s %14llu %14llu\n", shown(t.name).c_str(),
+    std::printf("\ntensors:\n  %-36s %-8s %-24s %14s %14s%s\n", "name", "type", "shape", "bytes", "offset",
+                split ? "  part" : "");
+    for (const auto& t : f.tensors) {
+      std::printf("  %-36s %-8s %-24s %14llu %14llu", shown(t.name).c_str(),
                   std::string(gguf::type_name(t.type)).c_str(),
                   shape_text(t).c_str(), static_cast<unsigned long long>(t.n_bytes),
                   static_cast<unsigned long long>(t.offset));
+      if (split) std::printf("  %4u", t.part + 1);
+      std::printf("\n");
+    }
   }
 
   std::printf("\nother metadata:\n");
@@ -283,15 +303,22 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  Args args("inspect", "-m MODEL|--store DIR [--json] [--gpu-budget SIZE [-c N]]");
-  args.option("-m,--model", "PATH", "GGUF file to describe, or a store directory made by ingest");
+  Args args("inspect", "-m MODEL|-hf ORG/REPO[:QUANT]|--store DIR [--json] [--gpu-budget SIZE [-c N]]");
+  args.option("-m,--model", "PATH|URL", "GGUF file to describe (or the first part of a split one; a URL is fetched "
+              "into the cache), or a store directory made by ingest");
+  add_fetch_options(args);
   args.option("--store", "DIR", "a store made by ingest (its source's header and the store's layout)");
   args.flag("--json", "one JSON object on stdout instead of tables");
   args.option("--gpu-budget", "SIZE", "print the GPU residency plan for this budget (CUDA context included)");
   args.option("-c,--ctx-size", "N", "context length of the plan's KV cache (default: the model's, at most 4096)");
   if (!args.parse(argc, argv)) return args.exit_code();
-  auto path = args.get("--store") ? args.get("--store") : args.get("--model");
-  if (!path) return args.usage_error("-m MODEL (or --store DIR) is required");
+  std::optional<std::string> path = args.get("--store");
+  if (!path) {
+    if (!args.has("--model") && !args.has("--hf-repo"))
+      return args.usage_error("-m MODEL (or -hf ORG/REPO, or --store DIR) is required");
+    path = fetched_model(args);
+    if (!path) return args.exit_code() ? args.exit_code() : 1;
+  }
   auto gpu_budget = args.get_size("--gpu-budget");
   auto ctx = args.get_int("--ctx-size", 0, 0, 1 << 24);
   if (!gpu_budget || !ctx) return args.exit_code();

@@ -13,7 +13,7 @@ namespace df::cli {
 
 int cmd_run(int argc, char** argv) {
   Args args("run",
-            "-m MODEL|--store DIR (-p PROMPT | -f FILE) [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
+            "-m MODEL|-hf ORG/REPO[:QUANT]|--store DIR (-p PROMPT | -f FILE) [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
   add_model_options(args);
   args.option("-p,--prompt", "TEXT", "prompt text");
   args.option("-f,--file", "PATH", "read the prompt from a file");

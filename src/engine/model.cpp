@@ -54,15 +54,20 @@ Status Model::open_ram_tier(io::HostAllocator* allocator) {
   const ModelFiles& f = *files_;
   const bool experts = f.spec.moe();
   DF_ASSIGN(auto reader, io::Reader::create({}));
-  DF_ASSIGN(const io::FileId fid, reader->open(f.records.path()));
+  // One file id per file of the map: a split GGUF's records lie in several parts.
+  std::vector<io::FileId> fids;
+  for (const std::string& path : f.records.files()) {
+    DF_ASSIGN(const io::FileId fid, reader->open(path));
+    fids.push_back(fid);
+  }
   const store::RecordKind kind = experts ? store::RecordKind::kExpert : store::RecordKind::kLayer;
   const uint32_t n_index = experts ? f.spec.n_expert : 1;
   std::vector<store::RecordPart> parts;
-  cache::Locator locate = [&f, fid, kind, n_index, parts](cache::Key key,
-                                                           std::vector<cache::Extent>& out) mutable -> Status {
+  cache::Locator locate = [&f, fids, kind, n_index, parts](cache::Key key,
+                                                            std::vector<cache::Extent>& out) mutable -> Status {
     DF_TRY(f.records.parts({kind, uint32_t(key / n_index), uint32_t(key % n_index)}, parts));
     for (const store::RecordPart& p : parts)
-      out.push_back({.file = fid, .offset = p.file_offset, .length = p.length, .slot_offset = p.slot_offset});
+      out.push_back({.file = fids[p.file], .offset = p.file_offset, .length = p.length, .slot_offset = p.slot_offset});
     return Status{};
   };
   // Reads ahead: the next layer for dense layers; for experts the next layer's guessed top-k for a token or two
@@ -87,7 +92,7 @@ Status Model::open_row_tier() {
   const auto it = std::find_if(tables.begin(), tables.end(), [&](const auto& x) { return x.tensor == t->name; });
   if (it == tables.end()) return Error{f.records.path() + ": no table " + t->name + " in the record map"};
   DF_ASSIGN(auto reader, io::Reader::create({}));
-  DF_ASSIGN(const io::FileId fid, reader->open(f.records.path()));
+  DF_ASSIGN(const io::FileId fid, reader->open(f.records.files()[it->file]));  // the part holding the table
   DF_ASSIGN(std::unique_ptr<cache::RowCache> rows,
             cache::RowCache::create(std::move(reader), {.file = fid, .table_offset = it->base,
                                                         .row_bytes = it->row_bytes, .rows = it->rows,

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "diskformer/gguf/split.h"
 #include "diskformer/store/store.h"
 
 namespace df::engine {
@@ -16,7 +17,7 @@ Result<std::unique_ptr<ModelFiles>> open_model_files(const std::string& path) {
     m->file = s.model();
     m->records = s.records();
   } else {
-    DF_ASSIGN(m->file, gguf::read_file(path));
+    DF_ASSIGN(m->file, gguf::read_model(path));
   }
   // The tensors are checked against the spec before the record map is built from them (its errors are about
   // layout, a binding's about the model).

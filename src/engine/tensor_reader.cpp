@@ -13,16 +13,18 @@ constexpr uint64_t kReadPiece = 8u << 20;  // reads of at most this size, many i
 Result<std::unique_ptr<TensorReader>> TensorReader::open(const store::RecordMap& map) {
   std::unique_ptr<TensorReader> r(new TensorReader(map));
   DF_ASSIGN(r->reader_, io::Reader::create({}));
-  DF_ASSIGN(r->file_, r->reader_->open(map.path()));
+  for (const std::string& path : map.files()) {
+    DF_ASSIGN(const io::FileId id, r->reader_->open(path));
+    r->files_.push_back(id);
+  }
   return r;
 }
 
 Status TensorReader::read(std::span<const Piece> pieces) {
   std::vector<io::ReadRequest> reqs;
-  const uint64_t file_size = reader_->file(file_).size;
-  auto add = [&](uint64_t off, uint64_t len, uint8_t* dst) {
+  auto add = [&](io::FileId file, uint64_t off, uint64_t len, uint8_t* dst) {
     for (uint64_t p = 0; p < len; p += kReadPiece)
-      reqs.push_back({.file = file_, .offset = off + p, .length = std::min(kReadPiece, len - p), .dst = dst + p});
+      reqs.push_back({.file = file, .offset = off + p, .length = std::min(kReadPiece, len - p), .dst = dst + p});
   };
   for (const Piece& pc : pieces) {
     const gguf::TensorInfo& t = *pc.tensor;
@@ -31,11 +33,13 @@ Status TensorReader::read(std::span<const Piece> pieces) {
                    std::to_string(pc.length) + " lie past its " + std::to_string(t.n_bytes)};
     uint8_t* dst = static_cast<uint8_t*>(pc.dst);
     if (std::optional<store::ByteRange> r = map_.tensor(t.name)) {
+      const io::FileId file = files_.at(r->file);
+      const uint64_t file_size = reader_->file(file).size;
       if (r->offset + r->length > file_size)
-        return Error{map_.path() + ": tensor " + t.name + " data at offset " + std::to_string(r->offset) + " + " +
-                     std::to_string(r->length) + " bytes runs past the end of the file (" + std::to_string(file_size) +
-                     " bytes)"};
-      add(r->offset + pc.offset, pc.length, dst);
+        return Error{map_.files()[r->file] + ": tensor " + t.name + " data at offset " + std::to_string(r->offset) +
+                     " + " + std::to_string(r->length) + " bytes runs past the end of the file (" +
+                     std::to_string(file_size) + " bytes)"};
+      add(file, r->offset + pc.offset, pc.length, dst);
       continue;
     }
     // A stacked expert tensor of a store: expert e's slice is a part of record e.
@@ -50,7 +54,7 @@ Status TensorReader::read(std::span<const Piece> pieces) {
     for (uint64_t x = pc.offset; x < pc.offset + pc.length;) {
       const uint64_t e = x / per, within = x % per;
       const uint64_t n = std::min(per - within, pc.offset + pc.length - x);
-      add(el->base + e * el->stride + part->slot_offset + within, n, dst + (x - pc.offset));
+      add(files_.front(), el->base + e * el->stride + part->slot_offset + within, n, dst + (x - pc.offset));
       x += n;
     }
   }

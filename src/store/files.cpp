@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "diskformer/store/store.h"
 
@@ -33,7 +34,14 @@ std::string open_error(const std::string& path, const char* doing, int e) {
 }
 
 Status refuse_links(const std::string& dir) {
-  for (const char* name : {kManifestFile, kHeaderFile, kDataFile, kProgressFile, kLockFile}) {
+  std::vector<std::string> names{kManifestFile, kHeaderFile, kDataFile, kProgressFile, kLockFile};
+  // A split source's further headers (header-0000K.gguf).
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.starts_with("header-") && n.ends_with(".gguf")) names.push_back(n);
+  }
+  for (const std::string& name : names) {
     const std::string path = (std::filesystem::path(dir) / name).string();
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0) continue;

@@ -17,7 +17,7 @@ Status write_file_durably(const std::string& path, const std::string& contents);
 // Removes path (absent is fine) and makes the removal durable.
 Status remove_durably(const std::string& path);
 Status fsync_dir(const std::string& dir);
-// Refuses `dir` where one of a store's files (manifest, header, data, checkpoint, lock) is a symbolic link or not a
+// Refuses `dir` where one of a store's files (manifest, headers, data, checkpoint, lock) is a symbolic link or not a
 // regular file, naming it. Absent files are fine.
 Status refuse_links(const std::string& dir);
 // Why open() failed, in words: ELOOP under O_NOFOLLOW means the path is a link.

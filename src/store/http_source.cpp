@@ -178,6 +178,7 @@ void HttpSource::request(Attempt& a, bool conditional) {
   std::string range = range_text(a.want_first, a.want).substr(6);
   curl_easy_setopt(curl_, CURLOPT_RANGE, range.c_str());
   curl_slist* headers = nullptr;
+  for (const std::string& h : options_.headers) headers = curl_slist_append(headers, h.c_str());
   std::string if_range;
   if (conditional && (!fp_.etag.empty() || !fp_.last_modified.empty())) {
     // A weak ETag may not be used in If-Range (RFC 9110 13.1.5); Last-Modified then.
@@ -347,6 +348,66 @@ std::string HttpSource::gave_up(const Attempt& a, unsigned fails, Clock::time_po
 }
 
 }  // namespace
+
+Result<HttpResponse> http_get(const std::string& url, const HttpOptions& o, size_t max_bytes) {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  const detail::UrlParts u = detail::split_credentials(url);
+  const std::string shown = redact_url(url);
+  unsigned delay = o.retry_delay_ms;
+  for (unsigned attempt = 0;; ++attempt) {
+    CURL* curl = curl_easy_init();
+    if (!curl) return Error{shown + ": cannot start an HTTP client (curl_easy_init failed)"};
+    struct Body {
+      std::string text;
+      size_t max = 0;
+      bool too_big = false;
+    } body{{}, max_bytes, false};
+    char errbuf[CURL_ERROR_SIZE] = {};
+    curl_easy_setopt(curl, CURLOPT_URL, u.url.c_str());
+    if (u.has_user) {
+      curl_easy_setopt(curl, CURLOPT_USERNAME, u.user.c_str());
+      if (u.has_password) curl_easy_setopt(curl, CURLOPT_PASSWORD, u.password.c_str());
+    } else {
+      curl_easy_setopt(curl, CURLOPT_NETRC, static_cast<long>(CURL_NETRC_OPTIONAL));
+      if (!o.netrc_file.empty()) curl_easy_setopt(curl, CURLOPT_NETRC_FILE, o.netrc_file.c_str());
+    }
+    curl_slist* headers = nullptr;
+    for (const std::string& h : o.headers) headers = curl_slist_append(headers, h.c_str());
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, o.connect_timeout_s);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, std::max(1L, static_cast<long>(o.timeout_s)));
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, +[](char* d, size_t s, size_t n, void* p) -> size_t {
+      auto* b = static_cast<Body*>(p);
+      if (b->text.size() + s * n > b->max) {
+        b->too_big = true;
+        return 0;
+      }
+      b->text.append(d, s * n);
+      return s * n;
+    });
+    const CURLcode code = curl_easy_perform(curl);
+    long status = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(curl);
+    curl_slist_free_all(headers);
+    if (body.too_big) return Error{shown + ": the answer is larger than " + std::to_string(max_bytes) + " bytes"};
+    const bool transport = code != CURLE_OK;
+    if (!transport && status < 500) return HttpResponse{status, std::move(body.text)};
+    const std::string why = transport ? (errbuf[0] ? std::string(errbuf) : std::string(curl_easy_strerror(code)))
+                                      : "status " + std::to_string(status);
+    if (attempt >= o.max_retries) return Error{shown + ": " + why + " (after " + std::to_string(attempt + 1) + " attempts)"};
+    if (o.on_retry)
+      o.on_retry(shown + ": " + why + "; retrying in " + std::to_string(delay) + " ms (attempt " +
+                 std::to_string(attempt + 2) + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    delay = std::min(delay * 2, 2000u);
+  }
+}
 
 Result<std::unique_ptr<Source>> open_http_source(const std::string& url, const HttpOptions& options) {
   static std::once_flag once;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <future>
@@ -39,38 +40,95 @@ struct Job {
   uint64_t src = 0, len = 0, dst = 0;
 };
 
+// The parts of a split source are read as one run of bytes: part k's byte b is byte bases[k] + b, the bases
+// 4 KiB-aligned (a window's buffer keeps the phase O_DIRECT needs) with zeros between the parts.
+std::vector<uint64_t> part_bases(const std::vector<Fingerprint>& parts) {
+  std::vector<uint64_t> bases;
+  uint64_t at = 0;
+  for (const Fingerprint& fp : parts) {
+    bases.push_back(at);
+    at = io::align_up(at + fp.size, io::kDirectAlignment);
+  }
+  return bases;
+}
+
 // Every tensor byte of the source belongs to exactly one place in the store: its record or its global tensor.
-Result<std::vector<Job>> plan_jobs(const RecordMap& from, const RecordMap& to) {
+Result<std::vector<Job>> plan_jobs(const RecordMap& from, const RecordMap& to, const std::vector<uint64_t>& bases) {
   std::vector<Job> jobs;
   DF_CHECK(from.globals().size() == to.globals().size());
-  for (size_t i = 0; i < from.globals().size(); ++i)
-    jobs.push_back({from.globals()[i].second.offset, from.globals()[i].second.length, to.globals()[i].second.offset});
+  for (size_t i = 0; i < from.globals().size(); ++i) {
+    const ByteRange& r = from.globals()[i].second;
+    jobs.push_back({bases[r.file] + r.offset, r.length, to.globals()[i].second.offset});
+  }
   DF_CHECK(from.layers().size() == to.layers().size());
   for (size_t i = 0; i < from.layers().size(); ++i) {
     const LayerRecord &a = from.layers()[i], &b = to.layers()[i];
-    for (const auto& t : a.tensors) jobs.push_back({t.file_offset, t.bytes, b.base + t.slot_offset});
+    for (const auto& t : a.tensors) jobs.push_back({bases[t.file] + t.file_offset, t.bytes, b.base + t.slot_offset});
   }
   DF_CHECK(from.expert_layers().size() == to.expert_layers().size());
   for (size_t i = 0; i < from.expert_layers().size(); ++i) {
     const ExpertLayerRecords &a = from.expert_layers()[i], &b = to.expert_layers()[i];
     for (uint64_t e = 0; e < a.n_experts; ++e)
-      for (const auto& p : a.parts) jobs.push_back({p.file_offset + e * p.bytes, p.bytes, b.base + e * b.stride + p.slot_offset});
+      for (const auto& p : a.parts)
+        jobs.push_back({bases[p.file] + p.file_offset + e * p.bytes, p.bytes, b.base + e * b.stride + p.slot_offset});
   }
   std::erase_if(jobs, [](const Job& j) { return j.len == 0; });
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.src < b.src; });
-  // A hostile header can declare tensors that share bytes; a store needs each byte in one place.
+  // A hostile header can declare tensors that share bytes; a store needs each byte in one place. (The parts'
+  // headers keep each tensor inside its part, so an overlap lies inside one part.)
   for (size_t i = 1; i < jobs.size(); ++i)
-    if (jobs[i - 1].src + jobs[i - 1].len > jobs[i].src)
-      return Error{from.path() + ": tensor data overlaps at offset " + std::to_string(jobs[i].src) +
-                   " (a range of " + std::to_string(jobs[i - 1].len) + " bytes at " + std::to_string(jobs[i - 1].src) +
-                   " runs into it)"};
+    if (jobs[i - 1].src + jobs[i - 1].len > jobs[i].src) {
+      const auto k =
+          static_cast<size_t>(std::upper_bound(bases.begin(), bases.end(), jobs[i].src) - bases.begin()) - 1;
+      return Error{from.files()[k] + ": tensor data overlaps at offset " + std::to_string(jobs[i].src - bases[k]) +
+                   " (a range of " + std::to_string(jobs[i - 1].len) + " bytes at " +
+                   std::to_string(jobs[i - 1].src - bases[k]) + " runs into it)"};
+    }
   return jobs;
 }
 
+// The parts read as one run of bytes (part_bases).
+class Joined {
+ public:
+  Joined(std::vector<std::unique_ptr<Source>>& parts, std::vector<uint64_t> bases)
+      : parts_(parts), bases_(std::move(bases)) {}
+  Status read(uint64_t offset, void* dst, size_t n) {
+    auto* out = static_cast<uint8_t*>(dst);
+    while (n > 0) {
+      size_t k = static_cast<size_t>(std::upper_bound(bases_.begin(), bases_.end(), offset) - bases_.begin()) - 1;
+      const uint64_t in = offset - bases_[k], size = parts_[k]->size();
+      uint64_t take = 0;
+      if (in < size) {
+        take = std::min<uint64_t>(n, size - in);
+        DF_TRY(parts_[k]->read(in, out, take));
+      } else {  // between two parts
+        const uint64_t next = k + 1 < bases_.size() ? bases_[k + 1] : UINT64_MAX;
+        take = std::min<uint64_t>(n, next - offset);
+        std::memset(out, 0, take);
+      }
+      out += take;
+      offset += take;
+      n -= take;
+    }
+    return {};
+  }
+  bool changed() const {
+    return std::any_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->changed(); });
+  }
+  bool still_same() {
+    return std::all_of(parts_.begin(), parts_.end(), [](const auto& p) { return p->still_same(); });
+  }
+
+ private:
+  std::vector<std::unique_ptr<Source>>& parts_;
+  std::vector<uint64_t> bases_;
+};
+
 // What one source's header says the store must hold.
 struct Plan {
-  Fingerprint fp;
-  std::string header;
+  std::vector<Fingerprint> fps;      // one per part of the source
+  std::vector<std::string> headers;  // one per part
+  std::vector<uint64_t> bases;       // where each part starts in the joined run of bytes
   RecordMap repacked;
   std::vector<Job> jobs;
   std::vector<uint64_t> done_before;  // bytes of jobs[0..i)
@@ -101,12 +159,15 @@ struct Plan {
   }
 };
 
-Result<Plan> make_plan(Source& src, const std::string& data_path) {
+Result<Plan> make_plan(ModelSource& src, const std::string& data_path) {
   Plan p;
-  DF_ASSIGN(gguf::File f, read_header(src, p.fp, p.header));
+  p.fps = src.fingerprints;
+  p.headers = std::move(src.headers);
+  p.bases = part_bases(p.fps);
+  const gguf::File& f = src.model;
   DF_ASSIGN(RecordMap in_place, RecordMap::in_place(f));
   DF_ASSIGN(p.repacked, RecordMap::repacked(f, data_path));
-  DF_ASSIGN(p.jobs, plan_jobs(in_place, p.repacked));
+  DF_ASSIGN(p.jobs, plan_jobs(in_place, p.repacked, p.bases));
   for (const auto& j : p.jobs) {
     p.done_before.push_back(p.total);
     p.total += j.len;
@@ -115,9 +176,10 @@ Result<Plan> make_plan(Source& src, const std::string& data_path) {
     p.first = p.jobs.front().src;
     p.end = p.jobs.back().src + p.jobs.back().len;
   }
-  if (p.end > src.size())
-    return Error{src.location() + ": tensor data ends at byte " + std::to_string(p.end) + ", the file has " +
-                 std::to_string(src.size())};
+  // Each part's parser kept its tensors inside that part; the joined run ends with the last part.
+  if (p.end > p.bases.back() + p.fps.back().size)
+    return Error{p.fps.back().location + ": tensor data ends at byte " + std::to_string(p.end - p.bases.back()) +
+                 ", the file has " + std::to_string(p.fps.back().size)};
   for (const auto& el : p.repacked.expert_layers()) p.records += el.n_experts;
   p.records += p.repacked.layers().size();
   for (const auto& t : p.repacked.tables()) p.records += t.rows;
@@ -185,10 +247,10 @@ std::string progress_text(const Plan& p, uint64_t pos, const Verify& v) {
   json j{{"format", detail::kProgressFormat},
          {"layout_version", kLayoutVersion},
          {"planes", kPlanesNone},
-         {"source", detail::fingerprint_json(p.fp)},
          {"data_bytes", p.repacked.file_bytes()},
          {"done", pos},
          {"verify", {{"from", v.from}, {"to", v.to}, {"hash", v.hash}}}};
+  detail::put_sources(j, p.fps);
   return j.dump(1) + "\n";
 }
 
@@ -210,7 +272,7 @@ std::optional<Verify> parse_verify(const json& j, uint64_t done) {
 }
 
 // The job bytes of [from, to) read from the source again, hashed as the copy hashed them.
-Result<std::string> hash_source_range(Source& src, const Plan& plan, uint64_t from, uint64_t to) {
+Result<std::string> hash_source_range(Joined& src, const Plan& plan, uint64_t from, uint64_t to) {
   detail::RangeHash h;
   DF_ASSIGN(io::AlignedBuffer buf, io::AlignedBuffer::allocate(kMaxWindow + io::kDirectAlignment));
   for (uint64_t b = from; b < to;) {
@@ -228,8 +290,24 @@ std::string foreign_reason(const detail::StoreHeader& h, const Fingerprint& now,
   if (h.layout_version != kLayoutVersion || h.planes != kPlanesNone)
     return what + " of layout version " + std::to_string(h.layout_version) + " (planes \"" + h.planes +
            "\"), this build writes version " + std::to_string(kLayoutVersion) + " (planes \"" + kPlanesNone + "\")";
-  if (!same_location(h.source, now)) return what + " of " + h.source.location + ", not of " + now.location;
+  const Fingerprint& was = h.sources.front();
+  if (!same_location(was, now)) return what + " of " + was.location + ", not of " + now.location;
   return "";
+}
+
+// Headers of parts a split source no longer has (it was split in more parts, or not at all, when last ingested).
+Status remove_other_headers(const fs::path& dir, size_t n_parts) {
+  std::error_code ec;
+  std::vector<std::string> stale;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (!n.starts_with("header-") || !n.ends_with(".gguf")) continue;
+    bool ours = false;
+    for (size_t k = 1; k < n_parts; ++k) ours = ours || n == header_file(static_cast<uint32_t>(k));
+    if (!ours) stale.push_back(e.path().string());
+  }
+  for (const std::string& p : stale) DF_TRY(detail::remove_durably(p));
+  return {};
 }
 
 struct RunState {
@@ -244,15 +322,18 @@ Status run_once(const IngestOptions& o, RunState& rs) {
   };
   const fs::path dir(o.dir);
   const std::string data_path = (dir / kDataFile).string(), manifest_path = (dir / kManifestFile).string(),
-                    progress_path = (dir / kProgressFile).string(), header_path = (dir / kHeaderFile).string();
+                    progress_path = (dir / kProgressFile).string();
 
-  DF_ASSIGN(auto src, open_source(o.source, o.http));
-  auto planned = make_plan(*src, data_path);
-  if (!planned.ok()) {
-    rs.source_changed = src->changed();
-    return planned.take_error();
+  bool changed_while_opening = false;
+  auto opened_source = open_model_source(o.source, o.http, &changed_while_opening);
+  if (!opened_source.ok()) {
+    rs.source_changed = changed_while_opening;
+    return opened_source.take_error();
   }
-  Plan plan = std::move(planned).value();
+  ModelSource source = std::move(opened_source).value();
+  DF_ASSIGN(Plan plan, make_plan(source, data_path));
+  Joined src(source.parts, plan.bases);
+  const Fingerprint& first_fp = plan.fps.front();
 
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -281,17 +362,17 @@ Status run_once(const IngestOptions& o, RunState& rs) {
     if (!h.ok() && !o.force)
       return Error{o.dir + ": holds an unreadable store (" + h.error().message + "); pass --force to replace it"};
     if (h.ok()) {
-      std::string foreign = foreign_reason(*h, plan.fp, "a store");
+      std::string foreign = foreign_reason(*h, first_fp, "a store");
       if (!foreign.empty() && !o.force)
         return Error{o.dir + ": holds " + foreign + "; pass --force to replace it"};
-      std::string change = describe_change(h->source, plan.fp);
+      std::string change = describe_changes(h->sources, plan.fps);
       if (foreign.empty() && change.empty()) {
         // Complete and current only if Store::open agrees (a truncated data.bin or an edited manifest is not).
         auto opened = Store::open(o.dir);
         if (opened.ok()) {
           // Killed between writing the manifest and removing the checkpoint: the store is complete.
           DF_TRY(detail::remove_durably(progress_path));
-          note(o.dir + " is complete and up to date with " + plan.fp.location);
+          note(o.dir + " is complete and up to date with " + first_fp.location);
           res.up_to_date = true;
           res.data_bytes = plan.repacked.file_bytes();
           res.records = plan.records;
@@ -299,7 +380,7 @@ Status run_once(const IngestOptions& o, RunState& rs) {
         }
         note(opened.error().message + "; rebuilding");
       } else if (foreign.empty()) {
-        note(plan.fp.location + " changed since the store was made (" + change + "); rebuilding");
+        note(first_fp.location + " changed since the store was made (" + change + "); rebuilding");
       }
     }
   } else if (!missing) {
@@ -314,10 +395,10 @@ Status run_once(const IngestOptions& o, RunState& rs) {
       if (!h.ok()) {
         note(h.error().message + "; starting over");
       } else {
-        std::string foreign = foreign_reason(*h, plan.fp, "an interrupted ingest");
+        std::string foreign = foreign_reason(*h, first_fp, "an interrupted ingest");
         if (!foreign.empty() && !o.force)
           return Error{o.dir + ": holds " + foreign + "; refusing to resume it (pass --force to start over)"};
-        std::string change = describe_change(h->source, plan.fp);
+        std::string change = describe_changes(h->sources, plan.fps);
         auto done_it = j.find("done");
         uint64_t done = done_it != j.end() && done_it->is_number_unsigned() ? done_it->get<uint64_t>() : 0;
         struct stat st {};
@@ -327,7 +408,7 @@ Status run_once(const IngestOptions& o, RunState& rs) {
         if (!foreign.empty()) {
           // --force: replace it.
         } else if (!change.empty()) {
-          note(plan.fp.location + " changed since the interrupted ingest (" + change + "); starting over");
+          note(first_fp.location + " changed since the interrupted ingest (" + change + "); starting over");
         } else if (data_ok && done >= plan.first && done <= plan.end) {
           // Size, mtime, ETag and header agree; the bytes the last checkpoint covered must too. They are read again
           // (at most --checkpoint-every of them): a file swapped for another of the same size and mtime, or by a
@@ -337,12 +418,12 @@ Status run_once(const IngestOptions& o, RunState& rs) {
           if (!verify) {
             why_not = "the checkpoint has no checksum of the bytes it covers (written by an older build)";
           } else {
-            auto now = hash_source_range(*src, plan, verify->from, verify->to);
-            if (!now.ok() && !src->changed()) return now.take_error();
+            auto now = hash_source_range(src, plan, verify->from, verify->to);
+            if (!now.ok() && !src.changed()) return now.take_error();
             if (!now.ok())
-              why_not = plan.fp.location + " changed since the interrupted ingest (" + now.error().message + ")";
+              why_not = first_fp.location + " changed since the interrupted ingest (" + now.error().message + ")";
             else if (*now != verify->hash)
-              why_not = plan.fp.location + " changed since the interrupted ingest: source bytes " +
+              why_not = first_fp.location + " changed since the interrupted ingest: source bytes " +
                         std::to_string(verify->from) + ".." + std::to_string(verify->to) + " hash to " + *now +
                         ", the checkpoint says " + verify->hash;
           }
@@ -368,7 +449,9 @@ Status run_once(const IngestOptions& o, RunState& rs) {
   if (fresh) {
     DF_TRY(detail::remove_durably(manifest_path));
     DF_TRY(detail::remove_durably(progress_path));
-    DF_TRY(detail::write_file_durably(header_path, plan.header));
+    for (size_t k = 0; k < plan.headers.size(); ++k)
+      DF_TRY(detail::write_file_durably((dir / header_file(static_cast<uint32_t>(k))).string(), plan.headers[k]));
+    DF_TRY(remove_other_headers(dir, plan.headers.size()));
     DF_TRY(data.open(data_path, plan.repacked.file_bytes(), true));
     const Verify nothing_yet{start, start, detail::RangeHash{}.text()};
     DF_TRY(detail::write_file_durably(progress_path, progress_text(plan, start, nothing_yet)));
@@ -397,7 +480,7 @@ Status run_once(const IngestOptions& o, RunState& rs) {
   auto at = [&](int slot, uint64_t p) { return bufs[slot].data() + p % io::kDirectAlignment; };
   auto start_read = [&](uint64_t b, uint64_t e, int slot) {
     uint8_t* d = at(slot, b);
-    return std::async(std::launch::async, [&src, b, e, d] { return src->read(b, d, e - b); });
+    return std::async(std::launch::async, [&src, b, e, d] { return src.read(b, d, e - b); });
   };
 
   const auto t0 = Clock::now();
@@ -420,7 +503,7 @@ Status run_once(const IngestOptions& o, RunState& rs) {
   while (pos < plan.end) {
     Status st = cur.get();
     if (!st.ok()) {
-      rs.source_changed = src->changed();
+      rs.source_changed = src.changed();
       return st;
     }
     uint64_t nb = plan.end, ne = plan.end;
@@ -457,11 +540,11 @@ Status run_once(const IngestOptions& o, RunState& rs) {
   }
   DF_TRY(data.sync());
   // Everything was read from the source as open() saw it; a file replaced meanwhile must not make a store.
-  if (!src->still_same()) {
+  if (!src.still_same()) {
     rs.source_changed = true;
-    return Error{plan.fp.location + ": changed while it was being read"};
+    return Error{first_fp.location + ": changed while it was being read"};
   }
-  DF_TRY(detail::write_file_durably(manifest_path, detail::manifest_text(plan.fp, plan.repacked)));
+  DF_TRY(detail::write_file_durably(manifest_path, detail::manifest_text(plan.fps, plan.repacked)));
   DF_TRY(detail::remove_durably(progress_path));
   res.copied = plan.done_at(pos) - res.resumed_at;
   res.data_bytes = plan.repacked.file_bytes();

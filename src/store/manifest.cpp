@@ -33,16 +33,16 @@ json range_json(const std::string& name, ByteRange r) {
 
 }  // namespace
 
-Result<Fingerprint> fingerprint_from_json(const json& j, const std::string& name) {
-  if (!j.is_object()) return Error{name + ": field source is not an object"};
+Result<Fingerprint> fingerprint_from_json(const json& j, const std::string& name, const std::string& where) {
+  if (!j.is_object()) return Error{name + ": field " + where.substr(0, where.size() - 1) + " is not an object"};
   Fingerprint fp;
-  DF_TRY(field(j, "location", fp.location, name, "source."));
-  DF_TRY(field(j, "size", fp.size, name, "source."));
-  DF_TRY(field(j, "mtime_ns", fp.mtime_ns, name, "source."));
-  DF_TRY(field(j, "etag", fp.etag, name, "source."));
-  DF_TRY(field(j, "last_modified", fp.last_modified, name, "source."));
-  DF_TRY(field(j, "header_bytes", fp.header_bytes, name, "source."));
-  DF_TRY(field(j, "header_hash", fp.header_hash, name, "source."));
+  DF_TRY(field(j, "location", fp.location, name, where));
+  DF_TRY(field(j, "size", fp.size, name, where));
+  DF_TRY(field(j, "mtime_ns", fp.mtime_ns, name, where));
+  DF_TRY(field(j, "etag", fp.etag, name, where));
+  DF_TRY(field(j, "last_modified", fp.last_modified, name, where));
+  DF_TRY(field(j, "header_bytes", fp.header_bytes, name, where));
+  DF_TRY(field(j, "header_hash", fp.header_hash, name, where));
   return fp;
 }
 
@@ -74,15 +74,23 @@ json records_json(const RecordMap& map) {
               {"tables", tables}};
 }
 
-std::string manifest_text(const Fingerprint& source, const RecordMap& map) {
+void put_sources(json& j, const std::vector<Fingerprint>& sources) {
+  j["source"] = fingerprint_json(sources.at(0));
+  if (sources.size() < 2) return;
+  json parts = json::array();
+  for (size_t k = 1; k < sources.size(); ++k) parts.push_back(fingerprint_json(sources[k]));
+  j["split_parts"] = parts;
+}
+
+std::string manifest_text(const std::vector<Fingerprint>& sources, const RecordMap& map) {
   json j{{"format", kManifestFormat},
          {"layout_version", kLayoutVersion},
          {"planes", kPlanesNone},
-         {"source", fingerprint_json(source)},
          {"header_file", kHeaderFile},
          {"data_file", kDataFile},
          {"data_bytes", map.file_bytes()},
          {"records", records_json(map)}};
+  put_sources(j, sources);
   return j.dump(1) + "\n";
 }
 
@@ -97,7 +105,16 @@ Result<StoreHeader> parse_store_header(const json& j, const std::string& name, c
   DF_TRY(field(j, "data_bytes", h.data_bytes, name, ""));
   auto src = j.find("source");
   if (src == j.end()) return Error{name + ": field source is missing"};
-  DF_ASSIGN(h.source, fingerprint_from_json(*src, name));
+  DF_ASSIGN(Fingerprint first, fingerprint_from_json(*src, name));
+  h.sources.push_back(std::move(first));
+  if (auto parts = j.find("split_parts"); parts != j.end()) {
+    if (!parts->is_array()) return Error{name + ": field split_parts is not an array"};
+    for (const json& p : *parts) {
+      const std::string where = "split_parts[" + std::to_string(h.sources.size() - 1) + "].";
+      DF_ASSIGN(Fingerprint fp, fingerprint_from_json(p, name, where));
+      h.sources.push_back(std::move(fp));
+    }
+  }
   return h;
 }
 

@@ -48,14 +48,14 @@ Result<RecordMap> RecordMap::build(const gguf::File& f) {
   for (const auto& t : f.tensors) {
     int layer = gguf::layer_of(t.name);
     if (layer < 0) {
-      m.globals_.push_back({t.name, {t.offset, t.n_bytes}});
+      m.globals_.push_back({t.name, {t.offset, t.n_bytes, t.part}});
       continue;
     }
     auto L = static_cast<uint32_t>(layer);
     if (gguf::categorize(t.name) != gguf::TensorCategory::RoutedExperts) {
       auto& lr = layers[L];
       lr.layer = L;
-      lr.tensors.push_back({t.name, 0, t.n_bytes, t.offset});
+      lr.tensors.push_back({t.name, 0, t.n_bytes, t.offset, t.part});
       continue;
     }
     uint64_t n_exp = t.shape.size() >= 2 ? t.shape.back() : 0;
@@ -69,7 +69,7 @@ Result<RecordMap> RecordMap::build(const gguf::File& f) {
                    "tensors of layer " + std::to_string(L) + " have " + std::to_string(el.n_experts)};
     el.layer = L;
     el.n_experts = static_cast<uint32_t>(n_exp);
-    el.parts.push_back({t.name, 0, t.n_bytes / n_exp, t.offset});
+    el.parts.push_back({t.name, 0, t.n_bytes / n_exp, t.offset, t.part});
   }
   for (auto& [L, el] : experts) {
     std::stable_sort(el.parts.begin(), el.parts.end(),
@@ -90,7 +90,7 @@ Result<RecordMap> RecordMap::build(const gguf::File& f) {
   for (const char* name : {"token_embd.weight", "per_layer_token_embd.weight"}) {
     const gguf::TensorInfo* t = f.tensor(name);
     if (!t || t->rows() == 0) continue;
-    m.tables_.push_back({t->name, t->rows(), t->row_bytes(), t->offset});
+    m.tables_.push_back({t->name, t->rows(), t->row_bytes(), t->offset, t->part});
   }
   uint32_t max_layer = 0;
   for (const auto& el : m.experts_) max_layer = std::max(max_layer, el.layer + 1);
@@ -104,21 +104,26 @@ Result<RecordMap> RecordMap::build(const gguf::File& f) {
 
 Result<RecordMap> RecordMap::in_place(const gguf::File& f) {
   DF_ASSIGN(RecordMap m, build(f));
-  m.path_ = f.path;
+  m.files_.clear();
+  for (size_t i = 0; i < f.n_parts(); ++i) m.files_.push_back(f.part_path(i));
   m.file_bytes_ = f.file_size;
-  for (const auto& t : f.tensors) m.tensor_ranges_.push_back({t.name, {t.offset, t.n_bytes}});
+  for (const auto& t : f.tensors) {
+    DF_CHECK(t.part < m.files_.size());
+    m.tensor_ranges_.push_back({t.name, {t.offset, t.n_bytes, t.part}});
+  }
   sort_by_name(m.tensor_ranges_);
   return m;
 }
 
 Result<RecordMap> RecordMap::repacked(const gguf::File& f, const std::string& data_path) {
   DF_ASSIGN(RecordMap m, build(f));
-  m.path_ = data_path;
+  m.files_ = {data_path};
   m.repacked_ = true;
   uint64_t pos = 0;
   for (auto& [name, range] : m.globals_) {
     pos = align_up(pos, kRecordAlignment);
     range.offset = pos;
+    range.file = 0;
     pos += range.length;
     m.tensor_ranges_.push_back({name, range});
   }
@@ -126,6 +131,7 @@ Result<RecordMap> RecordMap::repacked(const gguf::File& f, const std::string& da
     auto it = std::find_if(m.globals_.begin(), m.globals_.end(), [&](const auto& g) { return g.first == t.tensor; });
     DF_CHECK(it != m.globals_.end());
     t.base = it->second.offset;
+    t.file = 0;
   }
   // Layers in ascending order, each one's dense image followed by its experts: a layer's bytes stay together.
   size_t li = 0, ei = 0;
@@ -167,48 +173,50 @@ Status RecordMap::parts(RecordKey key, std::vector<RecordPart>& out) const {
   switch (key.kind) {
     case RecordKind::kExpert: {
       const ExpertLayerRecords* el = expert_layer(key.layer);
-      if (!el) return Error{path_ + ": no routed experts in layer " + std::to_string(key.layer) + " for " + key_text(key)};
+      if (!el) return Error{path() + ": no routed experts in layer " + std::to_string(key.layer) + " for " + key_text(key)};
       if (key.index >= el->n_experts)
-        return Error{path_ + ": " + key_text(key) + ": layer " + std::to_string(key.layer) + " has " +
+        return Error{path() + ": " + key_text(key) + ": layer " + std::to_string(key.layer) + " has " +
                      std::to_string(el->n_experts) + " experts"};
       if (repacked_) {
-        out.push_back({el->base + key.index * el->stride, el->record_bytes, 0});
+        out.push_back({el->base + key.index * el->stride, el->record_bytes, 0, 0});
       } else {
-        for (const auto& p : el->parts) out.push_back({p.file_offset + key.index * p.bytes, p.bytes, p.slot_offset});
+        for (const auto& p : el->parts)
+          out.push_back({p.file_offset + key.index * p.bytes, p.bytes, p.slot_offset, p.file});
       }
       return {};
     }
     case RecordKind::kLayer: {
       const LayerRecord* lr = layer(key.layer);
-      if (!lr || key.index != 0) return Error{path_ + ": no " + key_text(key)};
+      if (!lr || key.index != 0) return Error{path() + ": no " + key_text(key)};
       if (repacked_) {
-        out.push_back({lr->base, lr->record_bytes, 0});
+        out.push_back({lr->base, lr->record_bytes, 0, 0});
         return {};
       }
       for (const auto& t : lr->tensors) {
         // Tensors that follow each other both in the file and in the image become one read.
         if (!out.empty()) {
           RecordPart& last = out.back();
-          if (last.file_offset + last.length == t.file_offset && last.slot_offset + last.length == t.slot_offset) {
+          if (last.file == t.file && last.file_offset + last.length == t.file_offset &&
+              last.slot_offset + last.length == t.slot_offset) {
             last.length += t.bytes;
             continue;
           }
         }
-        out.push_back({t.file_offset, t.bytes, t.slot_offset});
+        out.push_back({t.file_offset, t.bytes, t.slot_offset, t.file});
       }
       return {};
     }
     case RecordKind::kTableRow: {
-      if (key.layer >= tables_.size()) return Error{path_ + ": no " + key_text(key) + ": the model has " +
+      if (key.layer >= tables_.size()) return Error{path() + ": no " + key_text(key) + ": the model has " +
                                                     std::to_string(tables_.size()) + " tables"};
       const TableRecords& t = tables_[key.layer];
       if (key.index >= t.rows)
-        return Error{path_ + ": " + key_text(key) + ": table " + t.tensor + " has " + std::to_string(t.rows) + " rows"};
-      out.push_back({t.base + key.index * t.row_bytes, t.row_bytes, 0});
+        return Error{path() + ": " + key_text(key) + ": table " + t.tensor + " has " + std::to_string(t.rows) + " rows"};
+      out.push_back({t.base + key.index * t.row_bytes, t.row_bytes, 0, t.file});
       return {};
     }
   }
-  return Error{path_ + ": unknown record kind"};
+  return Error{path() + ": unknown record kind"};
 }
 
 uint64_t RecordMap::record_bytes(RecordKind kind, uint32_t layer_no) const {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "diskformer/gguf/split.h"
 #include "diskformer/io/reader.h"
 #include "store/http_source.h"
 #include "store/url.h"
@@ -156,6 +157,61 @@ Result<gguf::File> read_header(Source& src, Fingerprint& fp, std::string& header
   fp.header_bytes = f.data_offset;
   fp.header_hash = hash_text(fnv1a64(header.data(), header.size()));
   return f;
+}
+
+Result<ModelSource> open_model_source(const std::string& path_or_url, const HttpOptions& http, bool* changed) {
+  ModelSource m;
+  DF_ASSIGN(auto first, open_source(path_or_url, http));
+  Fingerprint fp;
+  std::string header;
+  auto header_of = [&](Source& src) -> Result<gguf::File> {
+    auto f = read_header(src, fp, header);
+    if (!f.ok() && changed) *changed = src.changed();
+    return f;
+  };
+  DF_ASSIGN(gguf::File f, header_of(*first));
+  DF_ASSIGN(const std::optional<gguf::SplitKeys> keys, gguf::split_keys(f));
+  m.parts.push_back(std::move(first));
+  m.fingerprints.push_back(std::move(fp));
+  m.headers.push_back(std::move(header));
+  if (!keys) {
+    m.model = std::move(f);
+    return m;
+  }
+  const std::string shown = m.fingerprints[0].location;
+  if (keys->no != 0)
+    return Error{shown + ": part " + std::to_string(keys->no + 1) + " of " + std::to_string(keys->count) +
+                 " of a split model (split.no = " + std::to_string(keys->no) + "); give its first part"};
+  // The parts' locations come from the one given (credentials included), their names in messages from the shown one.
+  DF_ASSIGN(const std::vector<std::string> locations, gguf::split_paths(path_or_url, 0, keys->count));
+  std::vector<gguf::File> files;
+  files.push_back(std::move(f));
+  for (uint32_t k = 1; k < keys->count; ++k) {
+    auto src = open_source(locations[k], http);
+    if (!src.ok())
+      return Error{shown + ": part " + std::to_string(k + 1) + " of " + std::to_string(keys->count) +
+                   " of the split model: " + src.error().message};
+    DF_ASSIGN(gguf::File part, header_of(**src));
+    files.push_back(std::move(part));
+    m.parts.push_back(std::move(src).value());
+    m.fingerprints.push_back(fp);
+    m.headers.push_back(std::move(header));
+  }
+  DF_ASSIGN(m.model, gguf::join_split(std::move(files)));
+  return m;
+}
+
+std::string describe_changes(const std::vector<Fingerprint>& was, const std::vector<Fingerprint>& now) {
+  if (was.size() != now.size())
+    return "parts " + std::to_string(was.size()) + " -> " + std::to_string(now.size());
+  std::string out;
+  for (size_t k = 0; k < was.size(); ++k) {
+    std::string c = describe_change(was[k], now[k]);
+    if (c.empty()) continue;
+    if (was.size() > 1) c = "part " + std::to_string(k + 1) + ": " + c;
+    out += (out.empty() ? "" : "; ") + c;
+  }
+  return out;
 }
 
 std::unique_ptr<gguf::ByteSource> header_source(std::string bytes, uint64_t size) {

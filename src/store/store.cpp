@@ -2,14 +2,23 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 
+#include "diskformer/gguf/split.h"
 #include "store/files.h"
 #include "store/manifest.h"
 
 namespace df::store {
 
 using nlohmann::json;
+
+std::string header_file(uint32_t part) {
+  if (part == 0) return kHeaderFile;
+  char name[32];
+  std::snprintf(name, sizeof name, "header-%05u.gguf", part + 1);
+  return name;
+}
 
 bool Store::looks_like_store(const std::string& path) {
   std::error_code ec;
@@ -42,15 +51,31 @@ Result<Store> Store::open(const std::string& dir, const StoreOptions& options) {
     return Error{manifest_path + ": planes \"" + h.planes + "\" is not a layout this build reads (\"" + kPlanesNone +
                  "\")"};
 
-  const std::string header_path = (fs::path(dir) / kHeaderFile).string();
-  DF_ASSIGN(std::string header, detail::read_whole_file(header_path));
-  if (header.size() != h.source.header_bytes)
-    return Error{header_path + ": " + std::to_string(header.size()) + " bytes, the manifest says " +
-                 std::to_string(h.source.header_bytes)};
-  if (hash_text(fnv1a64(header.data(), header.size())) != h.source.header_hash)
-    return Error{header_path + ": contents do not match the manifest's header_hash " + h.source.header_hash};
-  auto bytes = header_source(std::move(header), h.source.size);
-  DF_ASSIGN(gguf::File model, gguf::parse(*bytes, header_path));
+  // Each part's header as the manifest describes it; a split source's parts joined as when it was read.
+  std::vector<gguf::File> parts;
+  for (uint32_t k = 0; k < h.sources.size(); ++k) {
+    const Fingerprint& fp = h.sources[k];
+    const std::string header_path = (fs::path(dir) / header_file(k)).string();
+    DF_ASSIGN(std::string header, detail::read_whole_file(header_path));
+    if (header.size() != fp.header_bytes)
+      return Error{header_path + ": " + std::to_string(header.size()) + " bytes, the manifest says " +
+                   std::to_string(fp.header_bytes)};
+    if (hash_text(fnv1a64(header.data(), header.size())) != fp.header_hash)
+      return Error{header_path + ": contents do not match the manifest's header_hash " + fp.header_hash};
+    auto bytes = header_source(std::move(header), fp.size);
+    DF_ASSIGN(gguf::File part, gguf::parse(*bytes, header_path));
+    parts.push_back(std::move(part));
+  }
+  gguf::File model;
+  if (parts.size() == 1) {
+    DF_ASSIGN(const std::optional<gguf::SplitKeys> keys, gguf::split_keys(parts[0]));
+    if (keys)
+      return Error{manifest_path + ": the source is part " + std::to_string(keys->no + 1) + " of " +
+                   std::to_string(keys->count) + " of a split model, but the manifest lists no other part"};
+    model = std::move(parts[0]);
+  } else {
+    DF_ASSIGN(model, gguf::join_split(std::move(parts)));
+  }
 
   const std::string data_path = (fs::path(dir) / kDataFile).string();
   DF_ASSIGN(RecordMap map, RecordMap::repacked(model, data_path));
@@ -69,12 +94,8 @@ Result<Store> Store::open(const std::string& dir, const StoreOptions& options) {
                  std::to_string(map.file_bytes())};
 
   if (!options.source.empty()) {
-    DF_ASSIGN(auto src, open_source(options.source, options.http));
-    Fingerprint now;
-    std::string now_header;
-    DF_ASSIGN(gguf::File ignored, read_header(*src, now, now_header));
-    (void)ignored;
-    std::string change = describe_change(h.source, now);
+    DF_ASSIGN(ModelSource now, open_model_source(options.source, options.http));
+    std::string change = describe_changes(h.sources, now.fingerprints);
     if (!change.empty())
       return Error{dir + ": the source " + redact_url(options.source) + " changed since the store was made (" + change +
                    "); run diskformer ingest again to rebuild it"};
@@ -84,7 +105,7 @@ Result<Store> Store::open(const std::string& dir, const StoreOptions& options) {
   s.dir_ = dir;
   s.model_ = std::move(model);
   s.records_ = std::move(map);
-  s.source_ = std::move(h.source);
+  s.sources_ = std::move(h.sources);
   s.layout_version_ = h.layout_version;
   return s;
 }
@@ -95,7 +116,7 @@ Result<ModelRecords> open_model_records(const std::string& path) {
     DF_ASSIGN(Store s, Store::open(path));
     return ModelRecords{s.model(), s.records(), true};
   }
-  DF_ASSIGN(gguf::File f, gguf::read_file(path));
+  DF_ASSIGN(gguf::File f, gguf::read_model(path));
   DF_ASSIGN(RecordMap map, RecordMap::in_place(f));
   return ModelRecords{std::move(f), std::move(map), false};
 }

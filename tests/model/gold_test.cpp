@@ -1,6 +1,7 @@
 // Greedy completions against llama.cpp's CPU backend (../shared/models/*.gold.json): robust cases byte for byte
 // (stable ones for the K-quant files), the others report their common prefix; the same tokens streamed from the GGUF
-// under the smallest RAM budget, and from a store made by ingest.
+// under the smallest RAM budget, and from a store made by ingest. The split copy of qwen3-q4_0 (three files made by
+// llama.cpp's gguf-split) gives every case's tokens exactly as the single file does, in each of those three ways.
 #include <gtest/gtest.h>
 
 #include "model/gold.h"
@@ -11,10 +12,20 @@
 namespace df::test {
 namespace {
 
-// Runs every case of a shared model; `bar` picks the cases that must match llama.cpp byte for byte.
-void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_name) {
-  DF_REQUIRE_SHARED(model_path, "models/" + name + ".gguf");
+// Runs every case of a shared model (`file`, under models/, of the gold file `name`); `bar` picks the cases that must
+// match llama.cpp byte for byte. Where `same_as` names another file of the model, every case's tokens must also be
+// those that file gives.
+void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_name, const std::string& file = "",
+                const std::string& same_as = "") {
+  DF_REQUIRE_SHARED(model_path, "models/" + (file.empty() ? name + ".gguf" : file));
   const auto cases = read_gold((shared_dir() / "models" / (name + ".gold.json")).string());
+  std::unique_ptr<engine::Model> reference;
+  if (!same_as.empty()) {
+    DF_REQUIRE_SHARED(reference_path, "models/" + same_as);
+    auto r = engine::Model::open(reference_path.string(), {.n_ctx = 512, .threads = 2});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    reference = std::move(r).value();
+  }
   auto model = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2});
   ASSERT_TRUE(model.ok()) << model.error().message;
   // The same model streaming from disk under the smallest RAM budget its plan accepts: experts through a pool
@@ -30,7 +41,7 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
   ASSERT_NE((*streamed)->plan().mode, engine::Residency::kAllResident);
   if (p.row_table_bytes) EXPECT_EQ((*streamed)->plan().row_slots, engine::kMinRowSlots);
   // A store of the model, streamed at the same budget: one read per record, the same records.
-  const auto store = temp_dir("gold_store_" + name);
+  const auto store = temp_dir("gold_store_" + name + (file.empty() ? "" : "_split"));
   auto ingested = store::ingest({.source = model_path.string(), .dir = store.string(), .force = true});
   ASSERT_TRUE(ingested.ok()) << ingested.error().message;
   auto from_store = engine::Model::open(store.string(), {.n_ctx = 512, .threads = 2, .ram_budget = least});
@@ -48,6 +59,10 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
                 common, c.completion.size(), c.prompt.substr(0, 40).c_str());
     if (c.*bar) {
       EXPECT_EQ(text, c.completion) << name << " prompt: " << c.prompt;
+    }
+    if (reference) {
+      engine::Session r = new_session(*reference);
+      EXPECT_EQ(ids, greedy(r, c.prompt_ids, c.n_predict)) << file << " and " << same_as << " differ";
     }
     EXPECT_EQ(greedy(t, c.prompt_ids, c.n_predict), ids) << name << " under a " << least << "-byte budget";
     EXPECT_EQ(greedy(u, c.prompt_ids, c.n_predict), ids) << name << " from a store under a " << least << "-byte budget";
@@ -86,6 +101,11 @@ INSTANTIATE_TEST_SUITE_P(KQuantModels, GoldStable,
                          ::testing::Values("qwen3-q6_k", "qwen3-q2_k", "qwen3moe-q4_k_m", "qwen3moe-q3_k_m",
                                            "qwen3moe-iq4_xs", "mixtral-q5_k_m"),
                          model_param_name);
+
+// Resident, under the smallest RAM budget, and from a store ingested from the three parts.
+TEST(GoldSplit, SplitGgufGivesWhatTheSingleFileGives) {
+  check_gold("qwen3-q4_0", &GoldCase::robust, "robust", "split/qwen3-q4_0-00001-of-00003.gguf", "qwen3-q4_0.gguf");
+}
 
 INSTANTIATE_TEST_SUITE_P(Models, Gold,
                          ::testing::Values("qwen3moe-q4_0", "qwen3moe-q8_0", "qwen3-q4_0", "llama-f16", "mixtral-q4_0"),

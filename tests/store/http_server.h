@@ -56,17 +56,20 @@ inline std::optional<std::string> find_nginx() {
 
 // nginx serving `prefix/root` on a free loopback port. /slow/... is rate-limited (to kill it mid-transfer);
 // /bad400/... answers 400 to every Range request except the one-byte probe `bytes=0-0`; /noetag/... sends no
-// ETag (If-Range then uses Last-Modified); /auth/... asks for the basic-auth login kUser:kPassword.
+// ETag (If-Range then uses Last-Modified); /auth/... asks for the basic-auth login kUser:kPassword; /private/...
+// answers 401 to a request without the header "Authorization: Bearer kToken" (a gated Hugging Face repository).
 class Nginx {
  public:
   static constexpr const char* kUser = "reader";
   static constexpr const char* kPassword = "s3cret-Pa55";
+  static constexpr const char* kToken = "hf_0123456789abcdefghijklmnopqrstuvwxyzAB";
 
   Nginx(std::string binary, std::filesystem::path prefix) : binary_(std::move(binary)), prefix_(std::move(prefix)) {
     std::filesystem::create_directories(prefix_ / "root" / "auth");
     std::filesystem::create_directories(prefix_ / "root" / "slow");
     std::filesystem::create_directories(prefix_ / "root" / "bad400");
     std::filesystem::create_directories(prefix_ / "root" / "noetag");
+    std::filesystem::create_directories(prefix_ / "root" / "private");
     port_ = free_port();
   }
   ~Nginx() { stop(SIGKILL); }
@@ -86,7 +89,9 @@ class Nginx {
         << "/t_scgi;\n  map $http_range $not_probe { \"bytes=0-0\" 0; default 1; }\n  server {\n    listen 127.0.0.1:"
         << port_ << ";\n    root " << p << "/root;\n    location /slow/ { limit_rate 2m; }\n"
         << "    location /bad400/ { if ($not_probe) { return 400; } }\n    location /noetag/ { etag off; }\n"
-        << "    location /auth/ { auth_basic \"models\"; auth_basic_user_file " << p << "/htpasswd; }\n  }\n}\n";
+        << "    location /auth/ { auth_basic \"models\"; auth_basic_user_file " << p << "/htpasswd; }\n"
+        << "    location /private/ { if ($http_authorization != \"Bearer " << kToken << "\") { return 401; } }\n"
+        << "  }\n}\n";
     pid_ = ::fork();
     if (pid_ == 0) {
       std::string log = p + "/stderr.log";

@@ -1,10 +1,11 @@
 // model::TensorSource over a record map: whole tensors read through the disk tier (io_uring with O_DIRECT, or the
-// pread pool) from wherever the map puts their bytes -- one range of the GGUF, one range of a store's data file, or
-// for a stacked expert tensor of a store one slice per expert record. Large ranges are cut into pieces so that many
-// reads are in flight.
+// pread pool) from wherever the map puts their bytes -- one range of the GGUF (or of one of its parts), one range
+// of a store's data file, or for a stacked expert tensor of a store one slice per expert record. Large ranges are
+// cut into pieces so that many reads are in flight.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "diskformer/io/reader.h"
 #include "diskformer/model/weights.h"
@@ -14,7 +15,7 @@ namespace df::engine {
 
 class TensorReader final : public model::TensorSource {
  public:
-  // `map` must outlive the reader. Errors: the map's file cannot be opened.
+  // `map` must outlive the reader. Errors: one of the map's files cannot be opened.
   static Result<std::unique_ptr<TensorReader>> open(const store::RecordMap& map);
   Status read(std::span<const Piece> pieces) override;
   uint64_t bytes_read() const { return reader_->stats().bytes; }
@@ -23,7 +24,7 @@ class TensorReader final : public model::TensorSource {
   TensorReader(const store::RecordMap& map) : map_(map) {}
   const store::RecordMap& map_;
   std::unique_ptr<io::Reader> reader_;
-  io::FileId file_ = 0;
+  std::vector<io::FileId> files_;  // the map's files, in its order
 };
 
 }  // namespace df::engine

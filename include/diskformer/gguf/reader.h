@@ -44,19 +44,33 @@ struct TensorInfo {
   uint64_t offset = 0;          // absolute byte offset of the data in the file
   uint64_t n_bytes = 0;
   uint64_t info_offset = 0;     // where this tensor's info record starts in the header
+  uint32_t part = 0;            // a split model (split.h): the part whose file holds the data (File::parts)
 
   uint64_t rows() const { return shape.empty() ? 0 : n_elements / shape[0]; }
   uint64_t row_bytes() const { return shape.empty() ? 0 : n_bytes / rows(); }
 };
 
-struct File {
+// One file of a split model (split.h).
+struct FilePart {
   std::string path;
-  uint32_t version = 0;
   uint64_t file_size = 0;
+  uint64_t data_offset = 0;
+  size_t n_tensors = 0;
+};
+
+struct File {
+  std::string path;                 // a split model: its first part
+  uint32_t version = 0;
+  uint64_t file_size = 0;           // a split model: all parts together
   uint32_t alignment = kDefaultAlignment;
   uint64_t data_offset = 0;         // absolute start of the tensor data section
   std::vector<KeyValue> metadata;   // file order
-  std::vector<TensorInfo> tensors;  // file order
+  std::vector<TensorInfo> tensors;  // file order (a split model: part order)
+  std::vector<FilePart> parts;      // a split model: every part in order, parts[0] being `path`; empty otherwise
+
+  size_t n_parts() const { return parts.empty() ? 1 : parts.size(); }
+  const std::string& part_path(size_t i) const { return parts.empty() ? path : parts[i].path; }
+  uint64_t part_size(size_t i) const { return parts.empty() ? file_size : parts[i].file_size; }
 
   const Value* find(std::string_view key) const;
   const TensorInfo* tensor(std::string_view name) const;

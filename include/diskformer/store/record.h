@@ -13,6 +13,8 @@
 //
 // The same image comes out of both maps: in place (ranges inside the GGUF, an expert is three slices) and repacked
 // (ranges inside a store's data file made by `ingest`, every expert and layer one contiguous 4 KiB-aligned range).
+// Every range names its file: an index into files(), which for a split GGUF (gguf/split.h) lists every part and
+// otherwise holds the one GGUF or data file.
 #pragma once
 
 #include <cstdint>
@@ -46,14 +48,16 @@ constexpr RecordKey unpack(uint64_t v) {
 struct ByteRange {
   uint64_t offset = 0;
   uint64_t length = 0;
+  uint32_t file = 0;  // index into RecordMap::files()
   bool operator==(const ByteRange&) const = default;
 };
 
-// `length` bytes of the map's file at `file_offset` belong at `slot_offset` inside the record's image.
+// `length` bytes of file `file` of the map at `file_offset` belong at `slot_offset` inside the record's image.
 struct RecordPart {
   uint64_t file_offset = 0;
   uint64_t length = 0;
   uint64_t slot_offset = 0;
+  uint32_t file = 0;  // index into RecordMap::files()
 };
 
 // One tensor's place inside a record image.
@@ -62,6 +66,7 @@ struct ImageTensor {
   uint64_t slot_offset = 0;
   uint64_t bytes = 0;        // kExpert: one expert's slice of the tensor
   uint64_t file_offset = 0;  // in place: the tensor's offset in the GGUF (the whole tensor, all experts)
+  uint32_t file = 0;         // in place: the file (part) holding it
   bool operator==(const ImageTensor&) const = default;
 };
 
@@ -84,6 +89,7 @@ struct TableRecords {
   std::string tensor;
   uint64_t rows = 0, row_bytes = 0;
   uint64_t base = 0;  // where row 0 is in the map's file (rows are contiguous in both maps)
+  uint32_t file = 0;
 };
 
 constexpr uint64_t kLayerTensorAlignment = 256;  // of tensors inside a layer image
@@ -91,16 +97,19 @@ constexpr uint64_t kRecordAlignment = 4096;      // of records and tensors in a 
 
 class RecordMap {
  public:
-  // Ranges inside the GGUF itself. The error names the file and the tensor whose shape does not fit a record.
+  // Ranges inside the GGUF itself (every part of a split one). The error names the file and the tensor whose shape
+  // does not fit a record.
   static Result<RecordMap> in_place(const gguf::File& f);
   // The repacked layout (layout version 1) of the same records in a data file at `data_path`: the tensors outside
   // the blocks first (each 4 KiB-aligned, in file order), then for each layer its layer image and its experts'
   // records (each 4 KiB-aligned, stride = record size rounded up to 4 KiB).
   static Result<RecordMap> repacked(const gguf::File& f, const std::string& data_path);
 
-  const std::string& path() const { return path_; }  // the file every range points into
+  // The files the ranges point into: the GGUF, its parts, or the store's data file.
+  const std::vector<std::string>& files() const { return files_; }
+  const std::string& path() const { return files_.front(); }  // the first file: names the model in messages
   bool is_repacked() const { return repacked_; }
-  uint64_t file_bytes() const { return file_bytes_; }  // repacked: the data file's size
+  uint64_t file_bytes() const { return file_bytes_; }  // repacked: the data file's size; in place: all files'
 
   // Replaces `out` with the record's parts (reuse the vector: no allocation once it has grown). The error names the
   // key when the layer, expert, table or row does not exist.
@@ -114,17 +123,17 @@ class RecordMap {
   const ExpertLayerRecords* expert_layer(uint32_t layer) const;
   const LayerRecord* layer(uint32_t layer) const;
 
-  // Where a whole tensor lies in the map's file: every tensor in place; in a repacked file every tensor except the
+  // Where a whole tensor lies in the map's files: every tensor in place; in a repacked file every tensor except the
   // routed experts (which exist only as records there).
   std::optional<ByteRange> tensor(std::string_view name) const;
 
-  // Tensors outside the blocks (token_embd, output_norm, output, ...): name and range in the map's file.
+  // Tensors outside the blocks (token_embd, output_norm, output, ...): name and range in the map's files.
   const std::vector<std::pair<std::string, ByteRange>>& globals() const { return globals_; }
 
  private:
   static Result<RecordMap> build(const gguf::File& f);
 
-  std::string path_;
+  std::vector<std::string> files_{std::string()};
   bool repacked_ = false;
   uint64_t file_bytes_ = 0;
   std::vector<ExpertLayerRecords> experts_;  // ascending layer

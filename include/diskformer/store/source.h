@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "diskformer/gguf/reader.h"
 #include "diskformer/util/result.h"
@@ -68,6 +69,8 @@ struct HttpOptions {
   // The netrc whose entry for the host gives the login where neither the URL nor `auth` does; "" is libcurl's
   // default, ~/.netrc.
   std::string netrc_file;
+  // Request headers sent as they are ("Authorization: Bearer hf_..."); never shown in a message or stored.
+  std::vector<std::string> headers;
   // One line per retry: what failed, and when it is asked again.
   std::function<void(const std::string&)> on_retry;
 };
@@ -78,6 +81,22 @@ Result<std::unique_ptr<Source>> open_source(const std::string& path_or_url, cons
 // Parses the GGUF header through the source and fills the header fields of `fp` (a copy of the source's
 // fingerprint completed with the header's size and hash). `header` receives the header's bytes.
 Result<gguf::File> read_header(Source& src, Fingerprint& fp, std::string& header);
+
+// A model's sources: one GGUF, or every part of a split one (gguf/split.h), opened from the first (a path or a
+// URL: the other parts' names are made from it). For each part its source, its fingerprint with the header fields
+// filled, and its header's bytes; `model` joins the parts' headers (tensor offsets per part, each tensor's `part`).
+struct ModelSource {
+  std::vector<std::unique_ptr<Source>> parts;
+  std::vector<Fingerprint> fingerprints;
+  std::vector<std::string> headers;
+  gguf::File model;
+};
+// `changed` (where given) is set when the error came from a part that changed while its header was read.
+Result<ModelSource> open_model_source(const std::string& path_or_url, const HttpOptions& http = {},
+                                      bool* changed = nullptr);
+
+// "" where every part is as it was; otherwise what changed, part by part for a split model ("part 2: size 1 -> 2").
+std::string describe_changes(const std::vector<Fingerprint>& was, const std::vector<Fingerprint>& now);
 
 // A gguf::ByteSource over the first bytes of a file whose full size is `size`: parses a header saved apart from
 // its data (a store's header.gguf). Bytes past the saved ones read as zeros (the parser's read-ahead window).

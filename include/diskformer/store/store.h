@@ -2,9 +2,11 @@
 //
 //   manifest.json         {"format": "diskformer-store", "layout_version": 1, "planes": "none",
 //                          "source": {location, size, mtime_ns, etag, last_modified, header_bytes, header_hash},
+//                          "split_parts": [the same for each further part of a split GGUF],
 //                          "data_bytes": N, "records": {globals, layers, expert_layers, tables}}
 //                         written last: a directory without it is not a complete store.
 //   header.gguf           the source's GGUF header, bytes [0, header_bytes): metadata and tensor index
+//   header-0000K.gguf     a split source: the header of its part K (K = 2, 3, ...)
 //   data.bin              the records (RecordMap::repacked's layout for that layout_version)
 //   ingest.progress.json  only while an ingest is unfinished: its checkpoint, with the hash of the source bytes the
 //                         last checkpoint added ("verify": {from, to, hash})
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "diskformer/gguf/reader.h"
 #include "diskformer/store/record.h"
@@ -36,6 +39,8 @@ constexpr const char* kHeaderFile = "header.gguf";
 constexpr const char* kDataFile = "data.bin";
 constexpr const char* kProgressFile = "ingest.progress.json";
 constexpr const char* kLockFile = "ingest.lock";
+// header.gguf for part 0, header-0000K.gguf for part K-1 of a split source.
+std::string header_file(uint32_t part);
 
 struct StoreOptions {
   // A path or URL to check the store against (size, mtime or ETag, header hash); empty: trust the manifest.
@@ -52,14 +57,14 @@ class Store {
   const std::string& dir() const { return dir_; }
   const gguf::File& model() const { return model_; }      // tensor offsets in it are the source's
   const RecordMap& records() const { return records_; }   // ranges in dir/data.bin
-  const Fingerprint& source() const { return source_; }
+  const std::vector<Fingerprint>& sources() const { return sources_; }  // one per part of the source
   uint32_t layout_version() const { return layout_version_; }
 
  private:
   std::string dir_;
   gguf::File model_;
   RecordMap records_;
-  Fingerprint source_;
+  std::vector<Fingerprint> sources_;
   uint32_t layout_version_ = 0;
 };
 
