@@ -7,7 +7,6 @@
 #include <random>
 
 #include "diskformer/backend/cuda/device_sampler.h"
-#include "diskformer/backend/cuda/device_sampler.h"
 #include "diskformer/backend/cuda/select.h"
 #include "diskformer/engine/model.h"
 #include "gpu/gpu_support.h"
@@ -95,6 +94,11 @@ const sampling::SamplingParams kSettings[] = {
     {.temp = 1.0f, .top_k = 2000, .top_p = 0.9f, .min_p = 0.0f, .repeat_penalty = 0.8f, .repeat_last_n = -1,
      .seed = 5},
     {.temp = 1.0f, .top_k = 0, .top_p = 0.9f, .min_p = 0.02f, .repeat_penalty = 1.1f, .seed = 6},  // full row
+    // --ignore-eos's bans, among the strongest candidates: a copy of the row with them at -inf on every path.
+    {.temp = 0.0f, .seed = 7, .banned = {17, 151935, 5}},
+    {.temp = 0.0f, .repeat_penalty = 1.5f, .seed = 8, .banned = {151935, 200000, -3}},
+    {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 9, .banned = {3, 4, 17, 151935}},
+    {.temp = 1.0f, .top_k = 0, .top_p = 0.9f, .min_p = 0.0f, .seed = 10, .banned = {17}},
 };
 
 std::string describe(const sampling::SamplingParams& p) {
@@ -134,6 +138,36 @@ TEST(GpuSelect, DeviceSamplerDrawsWhatTheCpuSamplerDraws) {
                   (long long)differ, (long long)steps, 1e6 * gpu_s / double(steps));
       EXPECT_EQ(differ, 0) << describe(p) << " ties " << ties;
     }
+  cudaStreamDestroy(stream);
+}
+
+// A banned id is never chosen, even where it is the best by far: greedy (argmax over the banned copy), with a
+// penalty, and drawn after a top-k cut; the choice is the CPU sampler's.
+TEST(GpuSelect, BannedTokensAreNeverChosen) {
+  DF_REQUIRE_GPU();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const int64_t V = 32000;
+  auto x = make_logits(V, 5, false);
+  x[2] = 50.0f;    // an end-of-generation id far ahead of the rest
+  x[7] = 40.0f;    // the next best, also banned
+  x[900] = 30.0f;  // what greedy must choose
+  const cuda::DeviceBuffer dx = cuda::to_device(x);
+  const std::vector<int32_t> history = {2, 900};
+  for (const sampling::SamplingParams& p :
+       {sampling::SamplingParams{.temp = 0.0f, .banned = {2, 7}},
+        sampling::SamplingParams{.temp = 0.0f, .repeat_penalty = 0.5f, .banned = {7, 2}},
+        sampling::SamplingParams{.temp = 2.0f, .top_k = 3, .top_p = 1.0f, .min_p = 0.0f, .seed = 3, .banned = {2, 7}}}) {
+    sampling::Sampler cpu(p), gpu(p);
+    cuda::DeviceSampler ds;
+    for (int step = 0; step < 50; ++step) {
+      const int32_t g = ds.sample(gpu, dx.as<float>(), V, stream, history);
+      EXPECT_NE(g, 2) << describe(p);
+      EXPECT_NE(g, 7) << describe(p);
+      EXPECT_EQ(g, cpu.sample(x, history)) << describe(p);
+      if (p.temp == 0.0f) EXPECT_EQ(g, 900);
+    }
+  }
   cudaStreamDestroy(stream);
 }
 
