@@ -50,6 +50,7 @@ int cmd_chat(int argc, char** argv) {
     std::fprintf(stderr, "diskformer chat: %s\n", tok.error().message.c_str());
     return 1;
   }
+  check_ignore_eos(args, *tok, *go);
   std::string source = model->file().get_string_or("tokenizer.chat_template", "");
   if (source.empty()) {
     if (!quiet) std::fprintf(stderr, "diskformer chat: %s has no tokenizer.chat_template; using ChatML\n", path->c_str());
@@ -122,7 +123,7 @@ int cmd_chat(int argc, char** argv) {
     cached = history;
     input.messages.push_back({{"role", "assistant"}, {"content", reply}});
     if (!quiet) std::fprintf(stderr, "[%s, %s]\n", backend_stats(*model, *session).c_str(), stats_line(*model, *st).c_str());
-    if (st->context_full) {
+    if (st->stop == engine::StopReason::kContextFull) {
       std::fprintf(stderr, "diskformer chat: the context of %u tokens is full\n", session->n_ctx());
       return 1;
     }

@@ -33,7 +33,8 @@ void add_sampling_options(Args& args) {
   args.option("--min-p", "P", "drop tokens below P x the top probability (default 0.05, 0 = off)");
   args.option("--repeat-penalty", "R", "penalize the last 64 tokens (default 1.0 = off)");
   args.option("--seed", "S", "random seed, 0 or more (default -1: random)");
-  args.flag("--ignore-eos", "keep generating past end-of-generation tokens");
+  args.flag("--ignore-eos", "never choose an end-of-generation token (a logit of -inf, as llama.cpp), so that "
+            "generation goes on to -n");
 }
 
 std::optional<std::string> model_path(Args& args) {
@@ -122,13 +123,21 @@ std::string stats_line(engine::Model& model, const engine::GenerateStats& st) {
   const engine::ModelStats d = model.stats();
   std::string hit = "n/a (all resident)";
   if (d.ram && d.ram->cache.lookups()) hit = std::to_string(int(d.ram->cache.hit_rate() * 1000) / 10.0).substr(0, 5) + "%";
+  char rate[32] = "n/a";
+  if (const auto r = st.gen_tok_s()) std::snprintf(rate, sizeof rate, "%.1f tok/s", *r);
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "prompt %lld tok (%.1f tok/s), decode %lld tok (%.1f tok/s), disk %s read, cache hit rate %s, "
-                "peak RSS %s",
-                (long long)st.prompt_tokens, st.prompt_tok_s(), (long long)st.gen_tokens, st.gen_tok_s(),
+                "prompt %lld tok (%.1f tok/s), decode %lld tok (%s), disk %s read, cache hit rate %s, peak RSS %s",
+                (long long)st.prompt_tokens, st.prompt_tok_s(), (long long)st.gen_tokens, rate,
                 format_size(d.bytes_from_disk()).c_str(), hit.c_str(), format_size(engine::peak_rss_bytes()).c_str());
   return buf;
+}
+
+void check_ignore_eos(const Args& args, const tokenizer::Tokenizer& tok, engine::GenerateOptions& options) {
+  if (!options.ignore_eos || tok.eos() != tokenizer::kNoToken) return;
+  args.warn("--ignore-eos: the vocabulary has no EOS token, so end-of-generation tokens end generation (as in "
+            "llama.cpp)");
+  options.ignore_eos = false;
 }
 
 }  // namespace df::cli

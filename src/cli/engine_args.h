@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "diskformer/engine/generate.h"
 #include "diskformer/engine/model.h"
+#include "diskformer/tokenizer/tokenizer.h"
 
 namespace df::cli {
 
@@ -25,9 +26,11 @@ std::optional<std::string> model_path(Args& args);
 // choose_backend (compute_backend.h).
 std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda = false);
 std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t default_n_predict);
+// llama.cpp drops --ignore-eos, with a warning, where the vocabulary has no EOS token; so does this.
+void check_ignore_eos(const Args& args, const tokenizer::Tokenizer& tok, engine::GenerateOptions& options);
 
 // "prompt 12 tok (210.5 tok/s), decode 32 tok (45.1 tok/s), disk 10.9 MiB read, cache hit rate 93.8%,
-//  peak RSS 48.2 MiB"
+//  peak RSS 48.2 MiB"; a decode of one token has no rate of its own ("n/a": it comes from the prompt's logits).
 std::string stats_line(engine::Model& model, const engine::GenerateStats& st);
 
 }  // namespace df::cli

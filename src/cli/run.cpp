@@ -52,6 +52,7 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "diskformer run: %s\n", tok.error().message.c_str());
     return 1;
   }
+  check_ignore_eos(args, *tok, *go);
   const std::vector<int32_t> ids = tok->encode(prompt, {.parse_special = true});
   if (!quiet) std::fprintf(stderr, "diskformer run: prompt %zu tokens, seed %llu\n", ids.size(),
                            (unsigned long long)go->sampling.seed);
@@ -76,7 +77,7 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "\ndiskformer run: %s\n", st.error().message.c_str());
     return 1;
   }
-  if (st->context_full && !quiet)
+  if (st->stop == engine::StopReason::kContextFull && !quiet)
     std::fprintf(stderr, "\ndiskformer run: stopped, the context of %u is full\n", session->n_ctx());
   std::fprintf(stderr, "\ndiskformer run: %s, %s\n", backend_stats(*model, *session).c_str(), stats_line(*model, *st).c_str());
   return 0;

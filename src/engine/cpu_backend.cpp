@@ -91,6 +91,7 @@ class CpuSequence final : public Sequence {
   }
   uint32_t n_past() const override { return kv_.n_past; }
   uint32_t n_ctx() const override { return kv_.n_ctx; }
+  uint32_t n_vocab() const override { return b_.m_.spec().n_vocab; }
   void truncate(uint32_t n_keep) override { kv_.n_past = std::min(kv_.n_past, n_keep); }
   SessionStats stats() override { return {.backend = "cpu"}; }
   void set_routing_stats(model::RoutingStats* r) override { forward_.set_routing_stats(r); }

@@ -46,6 +46,7 @@ class CudaSequence final : public Sequence {
   int32_t next_token(sampling::Sampler& sampler, std::span<const int32_t> history) override;
   uint32_t n_past() const override { return s_->n_past(); }
   uint32_t n_ctx() const override { return s_->n_ctx(); }
+  uint32_t n_vocab() const override;
   void truncate(uint32_t n_keep) override { s_->truncate(n_keep); }
   SessionStats stats() override;
 
@@ -182,6 +183,8 @@ class CudaBackend final : public BackendModel {
 int32_t CudaSequence::next_token(sampling::Sampler& sampler, std::span<const int32_t> history) {
   return sampler_.sample(sampler, s_->last_logits_device(), int64_t(b_.n_vocab()), s_->stream(), history);
 }
+
+uint32_t CudaSequence::n_vocab() const { return b_.n_vocab(); }
 
 SessionStats CudaSequence::stats() {
   sample_memory();
