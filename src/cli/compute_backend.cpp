@@ -45,6 +45,12 @@ std::unique_ptr<engine::Model> open_model(const char* command, const std::string
     std::fprintf(stderr, "diskformer %s: %s\n", command, m.error().message.c_str());
     return nullptr;
   }
+  const uint32_t trained = (*m)->spec().n_ctx_train;
+  if (trained > 0 && (*m)->n_ctx() > trained)
+    std::fprintf(stderr,
+                 "diskformer %s: warning: -c %u is beyond the %u positions the model was trained on; what it "
+                 "generates past them may make little sense\n",
+                 command, (*m)->n_ctx(), trained);
   if (!quiet) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& spec = (*m)->spec();

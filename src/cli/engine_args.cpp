@@ -15,7 +15,8 @@ void add_model_options(Args& args, bool gpu) {
   args.option("--store", "DIR", "run from this store made by ingest (with -m FILE: checked to still match it)");
   args.option("-c,--ctx-size", "N", "context length (default: the model's, at most 4096)");
   args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
-  args.option("--ram-budget", "SIZE", "RAM for weights and their caches; streams from disk beyond it");
+  args.option("--ram-budget", "SIZE", "RAM for the weights, their caches and, on the CPU, the KV cache and work "
+              "buffers; the weights stream from disk beyond it");
   if (!gpu) return;
   args.option("--gpu-budget", "SIZE", "GPU memory for the run, CUDA context included; streams experts beyond it");
   args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "

@@ -1,10 +1,12 @@
 // The CPU backend of engine::Model: the resident arena (read once through the disk tier), the forward pass's views
 // into it and into the model's RAM tier, and sequences that each hold a KV cache.
 #include <algorithm>
+#include <new>
 
 #include "diskformer/backend/cpu/forward.h"
 #include "diskformer/io/buffer.h"
 #include "diskformer/util/check.h"
+#include "diskformer/util/size.h"
 #include "engine/sequence.h"
 
 namespace df::engine {
@@ -104,7 +106,16 @@ class CpuSequence final : public Sequence {
   bool rows_all_ = false;
 };
 
-Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() { return std::unique_ptr<Sequence>(new CpuSequence(*this)); }
+Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() {
+  // The plan has held the KV cache against the budget or the machine's RAM; a limit it cannot see (a cgroup's) can
+  // still refuse the allocation, which is then an error like any other.
+  try {
+    return std::unique_ptr<Sequence>(new CpuSequence(*this));
+  } catch (const std::bad_alloc&) {
+    return Error{"cannot allocate the KV cache of " + format_size(m_.plan().kv_bytes) + " for a context of " +
+                 std::to_string(m_.n_ctx()) + " positions (-c)"};
+  }
+}
 
 }  // namespace
 

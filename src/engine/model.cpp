@@ -18,7 +18,14 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   DF_ASSIGN(m->files_, open_model_files(path));
   const model::ModelSpec& spec = m->files_->spec;
   m->n_ctx_ = o.n_ctx ? o.n_ctx : std::min<uint32_t>(spec.n_ctx_train ? spec.n_ctx_train : 4096, 4096);
-  DF_ASSIGN(m->plan_, plan_weights(*m->files_, m->n_ctx_, o.ram_budget));
+  // On CUDA the KV cache and work buffers are on the GPU (its plan counts them), and RAM holds what the GPU tier
+  // streams from: the RAM plan then leaves them out and is not held against the machine's RAM.
+  const bool cpu = o.backend == Backend::kCpu;
+  DF_ASSIGN(m->plan_, plan_weights(*m->files_, {.n_ctx = m->n_ctx_,
+                                                .n_batch = o.n_batch,
+                                                .budget = o.ram_budget,
+                                                .kv_in_ram = cpu,
+                                                .machine_ram = cpu ? machine_ram_bytes() : std::nullopt}));
   m->pool_ = std::make_unique<cpu::ThreadPool>(o.threads > 0 ? o.threads : cpu::default_thread_count());
   m->ctx_.pool = m->pool_.get();
   if (o.kernels) m->ctx_.kernels = o.kernels;

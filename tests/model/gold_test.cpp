@@ -18,12 +18,11 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
   auto model = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2});
   ASSERT_TRUE(model.ok()) << model.error().message;
   // The same model streaming from disk under the smallest RAM budget its plan accepts: experts through a pool
-  // of 2 x top-k slots, or layers through 2 slots.
+  // of 2 x top-k slots, or layers through 2 slots, beside the KV cache and work buffers.
   const auto& full_plan = (*model)->plan();
-  auto probe = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = full_plan.model_bytes});
+  auto probe = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = full_plan.total_bytes()});
   ASSERT_TRUE(probe.ok()) << probe.error().message;
-  const auto& p = (*probe)->plan();
-  const uint64_t least = p.resident_bytes + uint64_t(p.min_slots) * p.slot_bytes;
+  const uint64_t least = (*probe)->plan().min_budget();
   auto streamed = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2, .ram_budget = least});
   ASSERT_TRUE(streamed.ok()) << streamed.error().message;
   ASSERT_NE((*streamed)->plan().mode, engine::Residency::kAllResident);

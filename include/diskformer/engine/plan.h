@@ -1,5 +1,5 @@
 // The RAM residency plan: which weights stay in RAM for the whole run and which stream from disk through a RAM
-// tier, from the model's shape and the RAM budget. Without a budget everything is resident.
+// tier, from the model's shape, the context and the RAM budget. Without a budget everything is resident.
 //
 //   no budget:      dense tensors in one arena; a MoE model's experts in a RAM tier with a slot per record, read at
 //                   open and never evicted.
@@ -7,10 +7,10 @@
 //                   streamed = routed experts, one (layer, expert) record per slot.
 //   dense, budget:  resident = embeddings, output head, final norm; streamed = whole layers, one layer per slot, the
 //                   next layer read while the current one computes.
-// Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers
-// weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV cache and work buffers
-// come on top and are reported beside it. A budget that cannot hold the resident weights plus the minimum slots is
-// refused with the numbers.
+// Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers all
+// the plan counts: resident weights, the KV cache and work buffers where the backend keeps them in RAM (the CPU's;
+// CUDA keeps them on the GPU, whose plan counts them), and the slots. A budget that cannot hold the fixed part plus
+// the minimum slots is refused with the numbers; without a budget, a plan larger than the machine's RAM is.
 #pragma once
 
 #include <cstdint>
@@ -33,10 +33,12 @@ const char* residency_name(Residency r);
 
 struct WeightPlan {
   Residency mode = Residency::kAllResident;
+  uint32_t n_ctx = 0;
   uint64_t model_bytes = 0;     // all tensor bytes of the file
   uint64_t resident_bytes = 0;  // the arena of resident dense tensors
-  uint64_t kv_bytes = 0;        // the KV cache at the chosen context
-  uint64_t work_bytes = 0;      // activations and scratch (an estimate)
+  uint64_t kv_bytes = 0;        // the KV cache at n_ctx (f16 keys and values)
+  uint64_t work_bytes = 0;      // activations and scratch of a batch, the logits and the sampler's candidates
+  bool kv_in_ram = true;        // kv_bytes and work_bytes are RAM (the CPU backend) and count against the budget
   uint64_t record_bytes = 0;    // one record of the tier (expert or layer image); 0 without a tier
   uint64_t slot_bytes = 0;      // a slot: record_bytes rounded up to 4 KiB
   uint32_t n_records = 0;       // records the tier serves
@@ -44,13 +46,26 @@ struct WeightPlan {
   uint32_t min_slots = 0;       // the fewest slots that can run at all
 
   bool records_resident() const { return slots > 0 && slots == n_records && mode == Residency::kAllResident; }
-  uint64_t weight_bytes() const { return resident_bytes + uint64_t(slots) * slot_bytes; }  // what the budget covers
-  uint64_t total_bytes() const { return weight_bytes() + kv_bytes + work_bytes; }
+  uint64_t weight_bytes() const { return resident_bytes + uint64_t(slots) * slot_bytes; }
+  // What every budget must hold before slots: resident weights, and in RAM the KV cache and work buffers.
+  uint64_t fixed_bytes() const { return resident_bytes + (kv_in_ram ? kv_bytes + work_bytes : 0); }
+  uint64_t total_bytes() const { return fixed_bytes() + uint64_t(slots) * slot_bytes; }  // what the budget covers
+  uint64_t min_budget() const { return fixed_bytes() + uint64_t(min_slots) * slot_bytes; }
   std::string describe() const;  // one line for logs
 };
 
-// budget: bytes of RAM for weights and their caches (--ram-budget); nullopt = unlimited.
-Result<WeightPlan> plan_weights(const ModelFiles& m, uint32_t n_ctx, std::optional<uint64_t> budget);
+struct RamPlanOptions {
+  uint32_t n_ctx = 4096;                // KV cache positions
+  uint32_t n_batch = 512;               // tokens per forward pass (the work buffers' rows)
+  std::optional<uint64_t> budget;       // bytes of RAM for all the plan counts (--ram-budget); nullopt = unlimited
+  bool kv_in_ram = true;                // the CPU backend; false for CUDA
+  std::optional<uint64_t> machine_ram;  // without a budget, a plan larger than this is refused; nullopt: unchecked
+};
+
+Result<WeightPlan> plan_weights(const ModelFiles& m, const RamPlanOptions& options);
+
+// This machine's RAM (sysinfo's total), what a run without --ram-budget must fit in; nullopt where unknown.
+std::optional<uint64_t> machine_ram_bytes();
 
 // The resident arena: where each tensor goes. Pieces of 256 KiB and more keep their file offset's 4 KiB phase (an
 // O_DIRECT read lands in place), smaller ones are packed at 64 bytes (read through the reader's bounce buffers).
