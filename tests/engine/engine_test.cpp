@@ -5,7 +5,7 @@
 #include "diskformer/engine/generate.h"
 #include "diskformer/engine/model.h"
 #include "diskformer/sampling/sampler.h"
-#include "engine/tiny_model.h"
+#include "support/tiny_model.h"
 #include "model/gold.h"
 #include "support/sessions.h"
 #include "support/test_paths.h"

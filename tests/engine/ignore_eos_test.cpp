@@ -11,7 +11,7 @@
 #include "diskformer/engine/model.h"
 #include "diskformer/sampling/sampler.h"
 #include "diskformer/tokenizer/tokenizer.h"
-#include "engine/tiny_model.h"
+#include "support/tiny_model.h"
 #include "support/cli_run.h"
 #include "support/sessions.h"
 #include "support/test_paths.h"

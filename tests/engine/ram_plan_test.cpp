@@ -7,7 +7,7 @@
 
 #include "diskformer/engine/model.h"
 #include "diskformer/engine/plan.h"
-#include "engine/tiny_model.h"
+#include "support/tiny_model.h"
 #include "support/cli_run.h"
 #include "support/test_paths.h"
 

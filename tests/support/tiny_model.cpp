@@ -1,4 +1,4 @@
-#include "engine/tiny_model.h"
+#include "support/tiny_model.h"
 
 #include <cmath>
 #include <optional>
