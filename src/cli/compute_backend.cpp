@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cli/load_progress.h"
 #include "diskformer/util/size.h"
 
 #ifdef DISKFORMER_HAVE_CUDA
@@ -34,7 +35,11 @@ std::optional<engine::Backend> choose_backend(const char* command, const Args& a
 std::unique_ptr<engine::Model> open_model(const char* command, const std::string& path,
                                           const engine::ModelOptions& options, bool quiet, bool cpu_fallback) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto m = engine::Model::open(path, options);
+  LoadProgress bar(command, progress_wanted(quiet));
+  engine::ModelOptions with_bar = options;
+  with_bar.progress = bar.callback();
+  auto m = engine::Model::open(path, with_bar);
+  bar.finish();
   if (!m.ok() && options.backend == engine::Backend::kCuda && cpu_fallback) {
     if (!quiet) std::fprintf(stderr, "diskformer %s: %s; running on the CPU\n", command, m.error().message.c_str());
     engine::ModelOptions cpu = options;

@@ -26,8 +26,9 @@ void add_model_options(Args& args, bool gpu) {
   args.option("--backend", "NAME", "cpu or cuda (default: cuda where a GPU is present, else cpu)");
 }
 
-void add_sampling_options(Args& args) {
-  args.option("-n,--n-predict", "N", "tokens to generate (-1: until end of generation)");
+void add_sampling_options(Args& args, int32_t default_n_predict) {
+  args.option("-n,--n-predict", "N", "tokens to generate (default " + std::to_string(default_n_predict) +
+              "; -1: until end of generation or a full context)");
   args.option("--temp", "T", "temperature; 0 is greedy (default 0.8)");
   args.option("--top-k", "K", "keep the K most likely tokens (default 40, 0 = all)");
   args.option("--top-p", "P", "keep the smallest set with probability >= P (default 0.95, 1 = off)");
@@ -118,20 +119,6 @@ std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t defa
   g.sampling.repeat_penalty = float(*rp);
   g.sampling.seed = *seed < 0 ? std::random_device{}() : uint64_t(*seed);
   return g;
-}
-
-std::string stats_line(engine::Model& model, const engine::GenerateStats& st) {
-  const engine::ModelStats d = model.stats();
-  std::string hit = "n/a (all resident)";
-  if (d.ram && d.ram->cache.lookups()) hit = std::to_string(int(d.ram->cache.hit_rate() * 1000) / 10.0).substr(0, 5) + "%";
-  char rate[32] = "n/a";
-  if (const auto r = st.gen_tok_s()) std::snprintf(rate, sizeof rate, "%.1f tok/s", *r);
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "prompt %lld tok (%.1f tok/s), decode %lld tok (%s), disk %s read, cache hit rate %s, peak RSS %s",
-                (long long)st.prompt_tokens, st.prompt_tok_s(), (long long)st.gen_tokens, rate,
-                format_size(d.bytes_from_disk()).c_str(), hit.c_str(), format_size(engine::peak_rss_bytes()).c_str());
-  return buf;
 }
 
 void check_ignore_eos(const Args& args, const tokenizer::Tokenizer& tok, engine::GenerateOptions& options) {

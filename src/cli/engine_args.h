@@ -14,7 +14,9 @@ namespace df::cli {
 
 // -m, --store, -c, -t, --ram-budget; with gpu: --gpu-budget, --cpu-experts, --expert-prefetch, --backend
 void add_model_options(Args& args, bool gpu = true);
-void add_sampling_options(Args& args);   // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed, --ignore-eos
+// -n (default_n_predict as the help says it), --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed,
+// --ignore-eos
+void add_sampling_options(Args& args, int32_t default_n_predict);
 
 // What the model is read from: the store (--store DIR, or -m DIR), else -m. With both -m FILE and --store DIR the
 // store must still match the file (size, mtime, header): refused otherwise. nullopt after an error (printed; the
@@ -28,9 +30,5 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda = 
 std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t default_n_predict);
 // llama.cpp drops --ignore-eos, with a warning, where the vocabulary has no EOS token; so does this.
 void check_ignore_eos(const Args& args, const tokenizer::Tokenizer& tok, engine::GenerateOptions& options);
-
-// "prompt 12 tok (210.5 tok/s), decode 32 tok (45.1 tok/s), disk 10.9 MiB read, cache hit rate 93.8%,
-//  peak RSS 48.2 MiB"; a decode of one token has no rate of its own ("n/a": it comes from the prompt's logits).
-std::string stats_line(engine::Model& model, const engine::GenerateStats& st);
 
 }  // namespace df::cli
