@@ -12,9 +12,20 @@
 
 namespace df::cli {
 
+namespace {
+
+// The options only a CUDA run reads: given to a CPU run they change nothing, which is worth saying.
+engine::Backend on_cpu(const Args& args) {
+  for (const char* name : {"--gpu-budget", "--cpu-experts", "--expert-prefetch"})
+    if (args.has(name)) args.warn(std::string(name) + " applies to the CUDA backend only: the CPU backend ignores it");
+  return engine::Backend::kCpu;
+}
+
+}  // namespace
+
 std::optional<engine::Backend> choose_backend(const char* command, const Args& args) {
   const auto asked = args.get("--backend");
-  if (asked && *asked != "cuda") return engine::Backend::kCpu;
+  if (asked && *asked != "cuda") return on_cpu(args);
 #ifdef DISKFORMER_HAVE_CUDA
   const auto dev = cuda::query_devices();
   if (dev.count > 0) return engine::Backend::kCuda;
@@ -29,7 +40,7 @@ std::optional<engine::Backend> choose_backend(const char* command, const Args& a
     return std::nullopt;
   }
 #endif
-  return engine::Backend::kCpu;
+  return on_cpu(args);
 }
 
 std::unique_ptr<engine::Model> open_model(const char* command, const std::string& path,

@@ -10,20 +10,28 @@
 
 namespace df::cli {
 
-void add_model_options(Args& args, bool gpu) {
+void add_model_options(Args& args, const ModelOptionsHelp& help) {
   args.option("-m,--model", "PATH", "GGUF model file, or a store directory made by ingest");
   args.option("--store", "DIR", "run from this store made by ingest (with -m FILE: checked to still match it)");
-  args.option("-c,--ctx-size", "N", "context length (default: the model's, at most 4096)");
+  args.option("-c,--ctx-size", "N", std::string("context length (default: ") + help.ctx_default + ")");
   args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
   args.option("--ram-budget", "SIZE", "RAM for the weights, their caches and, on the CPU, the KV cache and work "
               "buffers; the weights stream from disk beyond it");
-  if (!gpu) return;
-  args.option("--gpu-budget", "SIZE", "GPU memory for the run, CUDA context included; streams experts beyond it");
-  args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
-              "finishes sooner than their copies to the GPU (default on)");
-  args.option("--expert-prefetch", "on|off", "with --gpu-budget on CUDA: decode copies the next layer's guessed "
-              "experts to the GPU ahead of their use (default off)");
+  if (!help.gpu) return;
+  // A build without the CUDA backend takes the CUDA options (scripts run on both) and ignores them with a warning.
+#ifdef DISKFORMER_HAVE_CUDA
+  const std::string ignored;
   args.option("--backend", "NAME", "cpu or cuda (default: cuda where a GPU is present, else cpu)");
+#else
+  const std::string ignored = "; this build has no CUDA backend: ignored";
+  args.option("--backend", "NAME", "cpu (this build has no CUDA backend)");
+#endif
+  args.option("--gpu-budget", "SIZE", "on CUDA: GPU memory for the run, CUDA context included; streams experts "
+              "beyond it" + ignored);
+  args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
+              "finishes sooner than their copies to the GPU (default on)" + ignored);
+  args.option("--expert-prefetch", "on|off", "with --gpu-budget on CUDA: decode copies the next layer's guessed "
+              "experts to the GPU ahead of their use (default off)" + ignored);
 }
 
 void add_sampling_options(Args& args, int32_t default_n_predict) {

@@ -12,8 +12,13 @@
 
 namespace df::cli {
 
+// What the help of -m .. --backend says where commands differ.
+struct ModelOptionsHelp {
+  bool gpu = true;                                   // --gpu-budget, --cpu-experts, --expert-prefetch, --backend
+  const char* ctx_default = "the model's, at most 4096";  // the -c a command takes when none is given
+};
 // -m, --store, -c, -t, --ram-budget; with gpu: --gpu-budget, --cpu-experts, --expert-prefetch, --backend
-void add_model_options(Args& args, bool gpu = true);
+void add_model_options(Args& args, const ModelOptionsHelp& help = {});
 // -n (default_n_predict as the help says it), --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed,
 // --ignore-eos
 void add_sampling_options(Args& args, int32_t default_n_predict);

@@ -23,7 +23,6 @@ int cmd_run(int argc, char** argv) {
   add_sampling_options(args, 128);
   args.flag("--json-stats", "the stats as one JSON object on stderr instead of the stats line");
   args.flag("--quiet", "no logs, only the stats line");
-  args.flag("--verbose", "more detail in the logs");
   if (!args.parse(argc, argv)) return args.exit_code();
   std::string prompt;
   if (auto p = args.get("--prompt")) {
