@@ -33,6 +33,111 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return n;
 }
 
+// Answers the conversation's last message into the session, streaming the reply to stdout and adding it to the
+// conversation. The session keeps the keys and values of `cached`; each reply evaluates only what follows the prefix
+// it shares with them.
+struct Replier {
+  engine::Session& session;
+  Conversation& conv;
+  const tokenizer::Tokenizer& tok;
+  const engine::GenerateOptions& options;
+  Interrupt& interrupt;
+  std::vector<int32_t> cached = {};  // tokens whose keys and values the session holds, in order
+
+  // The reply's stats; nullopt where the message does not fit the context even alone (it is left out).
+  Result<std::optional<engine::GenerateStats>> reply() {
+    const uint32_t n_ctx = session.n_ctx();
+    std::string text;
+    std::vector<int32_t> reply_ids;  // the reply's tokens so far
+    tokenizer::StreamDecoder dec(tok);
+    engine::GenerateHooks hooks;
+    hooks.is_eog = [&](int32_t id) { return tok.is_eog(id); };
+    hooks.on_token = [&](int32_t id) {
+      reply_ids.push_back(id);
+      const std::string bytes = dec.push(id);
+      text += bytes;
+      std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+      std::fflush(stdout);
+    };
+    hooks.stop = [&] { return interrupt.requested(); };
+    interrupt.clear();
+    engine::GenerateStats st;
+    // In parts: each time the context fills, the conversation shifts and the reply goes on.
+    for (;;) {
+      DF_ASSIGN(std::vector<int32_t> ids, conv.tokens(reply_ids));
+      if (ids.size() >= n_ctx) {  // no room for a token: shift first, where that makes room
+        Conversation shifted = conv;
+        std::vector<int32_t> shifted_ids = ids;
+        DF_ASSIGN(const int dropped, drop_to_fit(shifted, shifted_ids, reply_ids));
+        if (shifted_ids.size() >= n_ctx) {
+          if (reply_ids.empty()) {
+            std::fprintf(stderr, "diskformer chat: the message takes %zu tokens after the system message, more than "
+                         "the context of %u (-c); it is left out\n", shifted_ids.size(), n_ctx);
+            conv.drop_last();
+            return std::optional<engine::GenerateStats>{};
+          }
+          std::fprintf(stderr, "\ndiskformer chat: the reply stops: this turn alone fills the context of %u tokens\n",
+                       n_ctx);
+          break;
+        }
+        say_shifted(dropped, ids.size(), shifted_ids.size());
+        conv = shifted;
+        ids = std::move(shifted_ids);
+      }
+      size_t keep = common_prefix(cached, ids);
+      if (keep == ids.size()) --keep;  // at least one token to evaluate, for fresh logits
+      session.truncate(uint32_t(keep));
+      cached.resize(keep);
+      const std::vector<int32_t> rest(ids.begin() + long(keep), ids.end());
+      engine::GenerateOptions part = options;
+      if (options.n_predict >= 0) part.n_predict = options.n_predict - int32_t(reply_ids.size());
+      std::vector<int32_t> history = cached;
+      interrupt.set_generating(true);
+      auto r = engine::generate(session, rest, part, hooks, history);
+      interrupt.set_generating(false);
+      if (!r.ok()) return r.take_error();
+      // The session holds the prompt and every generated token that was fed back.
+      history.resize(session.n_past());
+      cached = std::move(history);
+      st += *r;
+      if (r->stop != engine::StopReason::kContextFull) break;
+      DF_ASSIGN(std::vector<int32_t> now, conv.tokens(reply_ids));
+      const size_t before = now.size();
+      DF_ASSIGN(const int dropped, drop_to_fit(conv, now, reply_ids));
+      if (dropped == 0) {
+        std::fprintf(stderr, "\ndiskformer chat: the reply stops: this turn alone fills the context of %u tokens\n",
+                     n_ctx);
+        break;
+      }
+      say_shifted(dropped, before, now.size());
+    }
+    const std::string tail = dec.flush();
+    text += tail;
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    conv.add("assistant", text);  // an interrupted reply too: what was written is part of the conversation
+    return std::optional<engine::GenerateStats>{st};
+  }
+
+  // The context shift: drops the oldest turns of `c` until it and the reply so far take at most half the context
+  // (llama.cpp discards half of what follows its kept tokens); ids become its tokens. Returns the turns dropped.
+  Result<int> drop_to_fit(Conversation& c, std::vector<int32_t>& ids, std::span<const int32_t> reply) const {
+    int dropped = 0;
+    while (ids.size() > session.n_ctx() / 2 && c.drop_oldest_turn()) {
+      ++dropped;
+      DF_ASSIGN(ids, c.tokens(reply));
+    }
+    return dropped;
+  }
+
+  void say_shifted(int dropped, size_t before, size_t after) const {
+    std::fprintf(stderr, "\ndiskformer chat: the context of %u tokens is full: dropped the oldest %d turn%s (%zu -> "
+                 "%zu tokens), the system message kept\n", session.n_ctx(), dropped, dropped == 1 ? "" : "s", before,
+                 after);
+  }
+};
+
 }  // namespace
 
 int cmd_chat(int argc, char** argv) {
@@ -76,140 +181,32 @@ int cmd_chat(int argc, char** argv) {
 
   auto session = open_session("chat", *model);
   if (!session) return 1;
-  const uint32_t n_ctx = session->n_ctx();
-  std::vector<int32_t> cached;  // tokens whose keys and values the session holds, in order
   const bool interactive = isatty(STDIN_FILENO);
   if (interactive && !quiet)
     std::fprintf(stderr, "diskformer chat: type a message; /exit, end of input or Ctrl-C quits (Ctrl-C during a "
                          "reply ends the reply)\n");
   Interrupt interrupt;
-
-  // The context shift: drops the oldest turns of `c` until it and the reply so far take at most half the context
-  // (llama.cpp discards half of what follows its kept tokens); ids become its tokens. Returns the turns dropped.
-  auto drop_to_fit = [&](Conversation& c, std::vector<int32_t>& ids, std::span<const int32_t> reply) -> Result<int> {
-    int dropped = 0;
-    while (ids.size() > n_ctx / 2 && c.drop_oldest_turn()) {
-      ++dropped;
-      DF_ASSIGN(ids, c.tokens(reply));
-    }
-    return dropped;
-  };
-  auto say_shifted = [&](int dropped, size_t before, size_t after) {
-    std::fprintf(stderr, "\ndiskformer chat: the context of %u tokens is full: dropped the oldest %d turn%s (%zu -> %zu "
-                 "tokens), the system message kept\n", n_ctx, dropped, dropped == 1 ? "" : "s", before, after);
-  };
-
+  Replier replier{.session = *session, .conv = conv, .tok = *tok, .options = *go, .interrupt = interrupt};
   std::string line;
-  int turn = 0;
-  for (;;) {
+  for (int turn = 1;; ++turn) {
     if (interactive) std::fprintf(stderr, "\n> ");
     if (!std::getline(std::cin, line)) break;
     if (line == "/exit") break;
     if (line.empty()) continue;
-    ++turn;
     conv.add("user", line);
-
-    std::string reply;
-    std::vector<int32_t> reply_ids;  // the reply's tokens so far
-    tokenizer::StreamDecoder dec(*tok);
-    engine::GenerateHooks hooks;
-    hooks.is_eog = [&](int32_t id) { return tok->is_eog(id); };
-    hooks.on_token = [&](int32_t id) {
-      reply_ids.push_back(id);
-      const std::string bytes = dec.push(id);
-      reply += bytes;
-      std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-      std::fflush(stdout);
-    };
-    hooks.stop = [&] { return interrupt.requested(); };
-    engine::GenerateStats st;
-    bool answered = true;
-    // A reply in parts: each time the context fills, the conversation shifts and generation goes on from there.
-    for (;;) {
-      auto ids = conv.tokens(reply_ids);
-      if (!ids.ok()) {
-        std::fprintf(stderr, "diskformer chat: %s\n", ids.error().message.c_str());
-        return 1;
-      }
-      if (ids->size() >= n_ctx) {  // no room for a token: shift first, where that makes room
-        Conversation shifted = conv;
-        std::vector<int32_t> shifted_ids = *ids;
-        auto dropped = drop_to_fit(shifted, shifted_ids, reply_ids);
-        if (!dropped.ok()) {
-          std::fprintf(stderr, "diskformer chat: %s\n", dropped.error().message.c_str());
-          return 1;
-        }
-        if (shifted_ids.size() >= n_ctx) {
-          if (reply_ids.empty()) {
-            std::fprintf(stderr, "diskformer chat: the message takes %zu tokens after the system message, more than "
-                         "the context of %u (-c); it is left out\n", shifted_ids.size(), n_ctx);
-            conv.drop_last();
-            answered = false;
-          } else {
-            std::fprintf(stderr, "\ndiskformer chat: the reply stops: this turn alone fills the context of %u "
-                         "tokens\n", n_ctx);
-          }
-          break;
-        }
-        say_shifted(*dropped, ids->size(), shifted_ids.size());
-        conv = shifted;
-        *ids = std::move(shifted_ids);
-      }
-      size_t keep = common_prefix(cached, *ids);
-      if (keep == ids->size()) --keep;  // at least one token to evaluate, for fresh logits
-      session->truncate(uint32_t(keep));
-      cached.resize(keep);
-      const std::vector<int32_t> rest(ids->begin() + long(keep), ids->end());
-      engine::GenerateOptions part = *go;
-      if (go->n_predict >= 0) part.n_predict = go->n_predict - int32_t(reply_ids.size());
-      std::vector<int32_t> history = cached;
-      interrupt.set_generating(true);
-      auto r = engine::generate(*session, rest, part, hooks, history);
-      interrupt.set_generating(false);
-      if (!r.ok()) {
-        std::fprintf(stderr, "\ndiskformer chat: %s\n", r.error().message.c_str());
-        return 1;
-      }
-      // The session holds the prompt and every generated token that was fed back.
-      history.resize(session->n_past());
-      cached = std::move(history);
-      st += *r;
-      if (r->stop != engine::StopReason::kContextFull) break;
-      auto now = conv.tokens(reply_ids);
-      if (!now.ok()) {
-        std::fprintf(stderr, "diskformer chat: %s\n", now.error().message.c_str());
-        return 1;
-      }
-      const size_t before = now->size();
-      auto dropped = drop_to_fit(conv, *now, reply_ids);
-      if (!dropped.ok()) {
-        std::fprintf(stderr, "diskformer chat: %s\n", dropped.error().message.c_str());
-        return 1;
-      }
-      if (*dropped == 0) {
-        std::fprintf(stderr, "\ndiskformer chat: the reply stops: this turn alone fills the context of %u tokens\n",
-                     n_ctx);
-        break;
-      }
-      say_shifted(*dropped, before, now->size());
+    auto st = replier.reply();
+    if (!st.ok()) {
+      std::fprintf(stderr, "\ndiskformer chat: %s\n", st.error().message.c_str());
+      return 1;
     }
-    if (!answered) continue;
-    const std::string tail = dec.flush();
-    reply += tail;
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-    conv.add("assistant", reply);
-    if (st.stop == engine::StopReason::kStopped) {
-      interrupt.clear();
-      if (!quiet) std::fprintf(stderr, "diskformer chat: reply interrupted\n");
-    }
+    if (!*st) continue;  // the message was left out
+    if ((*st)->stop == engine::StopReason::kStopped && !quiet) std::fprintf(stderr, "diskformer chat: reply interrupted\n");
     if (json_stats) {
-      nlohmann::ordered_json j = stats_json(*model, *session, st);
+      nlohmann::ordered_json j = stats_json(*model, *session, **st);
       j["turn"] = turn;
       std::fprintf(stderr, "%s\n", j.dump().c_str());
     } else if (!quiet) {
-      std::fprintf(stderr, "[%s, %s]\n", backend_stats(*model, *session).c_str(), stats_line(*model, st).c_str());
+      std::fprintf(stderr, "[%s, %s]\n", backend_stats(*model, *session).c_str(), stats_line(*model, **st).c_str());
     }
   }
   return 0;
