@@ -32,7 +32,9 @@ std::vector<int32_t> greedy_without(Session& s, const std::vector<int32_t>& prom
     for (int32_t b : banned) l[size_t(b)] = -INFINITY;
     const int32_t id = sampling::argmax(l);
     out.push_back(id);
-    if (i + 1 < n) EXPECT_TRUE(s.eval(std::span<const int32_t>(&id, 1)).ok());
+    if (i + 1 < n) {
+      EXPECT_TRUE(s.eval(std::span<const int32_t>(&id, 1)).ok());
+    }
   }
   return out;
 }
