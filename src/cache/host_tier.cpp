@@ -20,6 +20,7 @@ Result<std::unique_ptr<HostTier>> HostTier::create(std::unique_ptr<io::Reader> r
   t->options_.max_prefetch = po.max_prefetch;
   DF_ASSIGN(t->pool_, HostSlotPool::create(std::move(reader), std::move(locate), po));
   if (o.resident) DF_TRY(t->load_all());
+  t->options_.on_load = nullptr;  // the caller's, for creation only
   return t;
 }
 
@@ -31,7 +32,9 @@ Status HostTier::load_all() {
   for (uint64_t k0 = 0; k0 < records; k0 += kBatch) {
     keys.clear();
     for (uint64_t k = k0; k < std::min(records, k0 + kBatch); ++k) keys.push_back(k);
+    const uint64_t before = pool_->stats().bytes_loaded;
     DF_ASSIGN(std::vector<SlotHandle> handles, pool_->get_many(keys));
+    if (options_.on_load) options_.on_load(pool_->stats().bytes_loaded - before);
   }
   initial_bytes_ = pool_->stats().bytes_loaded;
   pool_->reset_stats();

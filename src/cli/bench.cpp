@@ -89,7 +89,7 @@ json opt(const std::optional<uint64_t>& v) { return v ? json(*v) : json(nullptr)
 int cmd_bench(int argc, char** argv) {
   Args args("bench", "-m MODEL|-hf ORG/REPO[:QUANT]|--store DIR [-p 512] [-n 64] [-r REPS] [-t N] [-b N] [--ram-budget SIZE] "
                      "[--backend cpu|cuda] [--gpu-budget SIZE] [--json]");
-  add_model_options(args);
+  add_model_options(args, {.ctx_default = "the longest -p plus -n, at least 16"});
   args.option("-p,--n-prompt", "N[,N...]", "prompt tokens per prefill (default 512)");
   args.option("-n,--n-gen", "N[,N...]", "tokens decoded one at a time, greedily (default 64)");
   args.option("-r,--repetitions", "REPS", "timed repetitions per configuration (default 3)");

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cli/load_progress.h"
 #include "diskformer/util/size.h"
 
 #ifdef DISKFORMER_HAVE_CUDA
@@ -11,9 +12,20 @@
 
 namespace df::cli {
 
+namespace {
+
+// The options only a CUDA run reads: given to a CPU run they change nothing, which is worth saying.
+engine::Backend on_cpu(const Args& args) {
+  for (const char* name : {"--gpu-budget", "--cpu-experts", "--expert-prefetch"})
+    if (args.has(name)) args.warn(std::string(name) + " applies to the CUDA backend only: the CPU backend ignores it");
+  return engine::Backend::kCpu;
+}
+
+}  // namespace
+
 std::optional<engine::Backend> choose_backend(const char* command, const Args& args) {
   const auto asked = args.get("--backend");
-  if (asked && *asked != "cuda") return engine::Backend::kCpu;
+  if (asked && *asked != "cuda") return on_cpu(args);
 #ifdef DISKFORMER_HAVE_CUDA
   const auto dev = cuda::query_devices();
   if (dev.count > 0) return engine::Backend::kCuda;
@@ -28,13 +40,17 @@ std::optional<engine::Backend> choose_backend(const char* command, const Args& a
     return std::nullopt;
   }
 #endif
-  return engine::Backend::kCpu;
+  return on_cpu(args);
 }
 
 std::unique_ptr<engine::Model> open_model(const char* command, const std::string& path,
                                           const engine::ModelOptions& options, bool quiet, bool cpu_fallback) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto m = engine::Model::open(path, options);
+  LoadProgress bar(command, progress_wanted(quiet));
+  engine::ModelOptions with_bar = options;
+  with_bar.progress = bar.callback();
+  auto m = engine::Model::open(path, with_bar);
+  bar.finish();
   if (!m.ok() && options.backend == engine::Backend::kCuda && cpu_fallback) {
     if (!quiet) std::fprintf(stderr, "diskformer %s: %s; running on the CPU\n", command, m.error().message.c_str());
     engine::ModelOptions cpu = options;
@@ -45,6 +61,12 @@ std::unique_ptr<engine::Model> open_model(const char* command, const std::string
     std::fprintf(stderr, "diskformer %s: %s\n", command, m.error().message.c_str());
     return nullptr;
   }
+  const uint32_t trained = (*m)->spec().n_ctx_train;
+  if (trained > 0 && (*m)->n_ctx() > trained)
+    std::fprintf(stderr,
+                 "diskformer %s: warning: -c %u is beyond the %u positions the model was trained on; what it "
+                 "generates past them may make little sense\n",
+                 command, (*m)->n_ctx(), trained);
   if (!quiet) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& spec = (*m)->spec();

@@ -11,32 +11,43 @@
 
 namespace df::cli {
 
-void add_model_options(Args& args, bool gpu) {
+void add_model_options(Args& args, const ModelOptionsHelp& help) {
   args.option("-m,--model", "PATH|URL", "GGUF model file (or the first part of a split one), an http(s) URL of one "
               "(fetched into the cache), or a store directory made by ingest");
   add_fetch_options(args);
   args.option("--store", "DIR", "run from this store made by ingest (with -m FILE: checked to still match it)");
-  args.option("-c,--ctx-size", "N", "context length (default: the model's, at most 4096)");
+  args.option("-c,--ctx-size", "N", std::string("context length (default: ") + help.ctx_default + ")");
   args.option("-t,--threads", "N", "CPU threads (default: physical cores)");
-  args.option("--ram-budget", "SIZE", "RAM for weights and their caches; streams from disk beyond it");
-  if (!gpu) return;
-  args.option("--gpu-budget", "SIZE", "GPU memory for the run, CUDA context included; streams experts beyond it");
-  args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
-              "finishes sooner than their copies to the GPU (default on)");
-  args.option("--expert-prefetch", "on|off", "with --gpu-budget on CUDA: decode copies the next layer's guessed "
-              "experts to the GPU ahead of their use (default off)");
+  args.option("--ram-budget", "SIZE", "RAM for the weights, their caches and, on the CPU, the KV cache and work "
+              "buffers; the weights stream from disk beyond it");
+  if (!help.gpu) return;
+  // A build without the CUDA backend takes the CUDA options (scripts run on both) and ignores them with a warning.
+#ifdef DISKFORMER_HAVE_CUDA
+  const std::string ignored;
   args.option("--backend", "NAME", "cpu or cuda (default: cuda where a GPU is present, else cpu)");
+#else
+  const std::string ignored = "; this build has no CUDA backend: ignored";
+  args.option("--backend", "NAME", "cpu (this build has no CUDA backend)");
+#endif
+  args.option("--gpu-budget", "SIZE", "on CUDA: GPU memory for the run, CUDA context included; streams experts "
+              "beyond it" + ignored);
+  args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
+              "finishes sooner than their copies to the GPU (default on)" + ignored);
+  args.option("--expert-prefetch", "on|off", "with --gpu-budget on CUDA: decode copies the next layer's guessed "
+              "experts to the GPU ahead of their use (default off)" + ignored);
 }
 
-void add_sampling_options(Args& args) {
-  args.option("-n,--n-predict", "N", "tokens to generate (-1: until end of generation)");
+void add_sampling_options(Args& args, int32_t default_n_predict) {
+  args.option("-n,--n-predict", "N", "tokens to generate (default " + std::to_string(default_n_predict) +
+              "; -1: until end of generation or a full context)");
   args.option("--temp", "T", "temperature; 0 is greedy (default 0.8)");
   args.option("--top-k", "K", "keep the K most likely tokens (default 40, 0 = all)");
   args.option("--top-p", "P", "keep the smallest set with probability >= P (default 0.95, 1 = off)");
   args.option("--min-p", "P", "drop tokens below P x the top probability (default 0.05, 0 = off)");
   args.option("--repeat-penalty", "R", "penalize the last 64 tokens (default 1.0 = off)");
   args.option("--seed", "S", "random seed, 0 or more (default -1: random)");
-  args.flag("--ignore-eos", "keep generating past end-of-generation tokens");
+  args.flag("--ignore-eos", "never choose an end-of-generation token (a logit of -inf, as llama.cpp), so that "
+            "generation goes on to -n");
 }
 
 std::optional<std::string> model_path(Args& args) {
@@ -122,28 +133,11 @@ std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t defa
   return g;
 }
 
-std::string stats_line(engine::Model& model, const engine::GenerateStats& st) {
-  const engine::ModelStats d = model.stats();
-  std::string hit = "n/a (all resident)";
-  if (d.ram && d.ram->cache.lookups()) hit = std::to_string(int(d.ram->cache.hit_rate() * 1000) / 10.0).substr(0, 5) + "%";
-  // The per-layer embedding table's row cache, where its rows stream: hit rate and rows read per token.
-  std::string rows;
-  if (d.rows) {
-    const uint64_t tokens = uint64_t(st.prompt_tokens + st.gen_tokens);
-    char r[128];
-    std::snprintf(r, sizeof r, "row cache hit rate %.1f%%, %.0f B/token of rows from disk, ",
-                  d.rows->cache.lookups() ? 100.0 * d.rows->cache.hit_rate() : 0.0,
-                  tokens ? double(d.streamed_row_bytes) / double(tokens) : 0.0);
-    rows = r;
-  }
-  char buf[640];
-  std::snprintf(buf, sizeof buf,
-                "prompt %lld tok (%.1f tok/s), decode %lld tok (%.1f tok/s), disk %s read, cache hit rate %s, "
-                "%speak RSS %s",
-                (long long)st.prompt_tokens, st.prompt_tok_s(), (long long)st.gen_tokens, st.gen_tok_s(),
-                format_size(d.bytes_from_disk()).c_str(), hit.c_str(), rows.c_str(),
-                format_size(engine::peak_rss_bytes()).c_str());
-  return buf;
+void check_ignore_eos(const Args& args, const tokenizer::Tokenizer& tok, engine::GenerateOptions& options) {
+  if (!options.ignore_eos || tok.eos() != tokenizer::kNoToken) return;
+  args.warn("--ignore-eos: the vocabulary has no EOS token, so end-of-generation tokens end generation (as in "
+            "llama.cpp)");
+  options.ignore_eos = false;
 }
 
 }  // namespace df::cli

@@ -8,12 +8,20 @@
 #include "cli/args.h"
 #include "diskformer/engine/generate.h"
 #include "diskformer/engine/model.h"
+#include "diskformer/tokenizer/tokenizer.h"
 
 namespace df::cli {
 
+// What the help of -m .. --backend says where commands differ.
+struct ModelOptionsHelp {
+  bool gpu = true;                                   // --gpu-budget, --cpu-experts, --expert-prefetch, --backend
+  const char* ctx_default = "the model's, at most 4096";  // the -c a command takes when none is given
+};
 // -m, -hf, -hff, --store, -c, -t, --ram-budget; with gpu: --gpu-budget, --cpu-experts, --expert-prefetch, --backend
-void add_model_options(Args& args, bool gpu = true);
-void add_sampling_options(Args& args);   // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed, --ignore-eos
+void add_model_options(Args& args, const ModelOptionsHelp& help = {});
+// -n (default_n_predict as the help says it), --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed,
+// --ignore-eos
+void add_sampling_options(Args& args, int32_t default_n_predict);
 
 // What the model is read from: the store (--store DIR, or -m DIR), else -m (a URL, and -hf, fetched into the cache
 // first: fetch.h). With both -m FILE and --store DIR the store must still match the file (size, mtime, header):
@@ -26,9 +34,7 @@ std::optional<std::string> model_path(Args& args);
 // choose_backend (compute_backend.h).
 std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda = false);
 std::optional<engine::GenerateOptions> generate_options(Args& args, int32_t default_n_predict);
-
-// "prompt 12 tok (210.5 tok/s), decode 32 tok (45.1 tok/s), disk 10.9 MiB read, cache hit rate 93.8%,
-//  peak RSS 48.2 MiB"
-std::string stats_line(engine::Model& model, const engine::GenerateStats& st);
+// llama.cpp drops --ignore-eos, with a warning, where the vocabulary has no EOS token; so does this.
+void check_ignore_eos(const Args& args, const tokenizer::Tokenizer& tok, engine::GenerateOptions& options);
 
 }  // namespace df::cli

@@ -253,6 +253,9 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   }
   // -c absent: the context the engine commands default to.
   if (n_ctx == 0) n_ctx = std::min<uint32_t>(mf.spec.n_ctx_train ? mf.spec.n_ctx_train : 4096, 4096);
+  if (mf.spec.n_ctx_train && n_ctx > mf.spec.n_ctx_train)
+    std::fprintf(stderr, "diskformer inspect: warning: -c %u is beyond the %u positions the model was trained on\n",
+                 n_ctx, mf.spec.n_ctx_train);
   auto plan = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts, {.budget = budget, .n_ctx = n_ctx});
   if (!plan.ok()) {
     std::fprintf(stderr, "diskformer inspect: %s\n", plan.error().message.c_str());
@@ -310,7 +313,8 @@ int cmd_inspect(int argc, char** argv) {
   args.option("--store", "DIR", "a store made by ingest (its source's header and the store's layout)");
   args.flag("--json", "one JSON object on stdout instead of tables");
   args.option("--gpu-budget", "SIZE", "print the GPU residency plan for this budget (CUDA context included)");
-  args.option("-c,--ctx-size", "N", "context length of the plan's KV cache (default: the model's, at most 4096)");
+  args.option("-c,--ctx-size", "N", "with --gpu-budget: the context of the plan's KV cache (default: the model's, at "
+              "most 4096)");
   if (!args.parse(argc, argv)) return args.exit_code();
   std::optional<std::string> path = args.get("--store");
   if (!path) {
@@ -322,6 +326,7 @@ int cmd_inspect(int argc, char** argv) {
   auto gpu_budget = args.get_size("--gpu-budget");
   auto ctx = args.get_int("--ctx-size", 0, 0, 1 << 24);
   if (!gpu_budget || !ctx) return args.exit_code();
+  if (args.has("--ctx-size") && !*gpu_budget) args.warn("-c sizes the KV cache of the GPU plan only: give --gpu-budget");
   if (*gpu_budget) return print_gpu_plan(*path, **gpu_budget, uint32_t(*ctx), args.has("--json"));
   auto r = store::open_model_records(*path);
   if (!r) {

@@ -18,7 +18,7 @@ namespace df::cli {
 
 int cmd_routing(int argc, char** argv) {
   Args args("routing", "-m MODEL|--store DIR (-f FILE | -p TEXT) [-c N] [--max-tokens N] [-t N] [--json]");
-  add_model_options(args, /*gpu=*/false);
+  add_model_options(args, {.gpu = false, .ctx_default = "512"});
   args.option("-p,--prompt", "TEXT", "text to route");
   args.option("-f,--file", "PATH", "read the text from a file");
   args.option("--max-tokens", "N", "route at most N tokens of the text (default 8192)");

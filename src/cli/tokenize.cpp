@@ -1,4 +1,4 @@
-// diskformer tokenize -m MODEL [--no-bos] [--parse-special] [--pieces] (-p TEXT | -f FILE)
+// diskformer tokenize -m MODEL [--no-bos] [--no-parse-special] [--pieces] (-p TEXT | -f FILE)
 // stdout: the ids as one JSON array on one line; with --pieces, [{"id": .., "piece": ..}, ...].
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -13,12 +13,14 @@
 namespace df::cli {
 
 int cmd_tokenize(int argc, char** argv) {
-  Args args("tokenize", "-m MODEL [--no-bos] [--parse-special] [--pieces] (-p TEXT | -f FILE)");
+  Args args("tokenize", "-m MODEL [--no-bos] [--no-parse-special] [--pieces] (-p TEXT | -f FILE)");
   args.option("-m,--model", "PATH", "GGUF file whose tokenizer.ggml.* vocabulary to use");
   args.option("-p,--prompt", "TEXT", "text to tokenize");
   args.option("-f,--file", "PATH", "read the text from a file (bytes as they are)");
   args.flag("--no-bos", "do not add BOS even where the vocabulary adds it");
-  args.flag("--parse-special", "recognise control tokens (<|im_start|>, <s>, ...) written in the text");
+  args.flag("--no-parse-special", "control tokens written in the text (<|im_start|>, <s>, ...) are text like any "
+            "other (by default they are recognised, as run does)");
+  args.flag("--parse-special", "recognise control tokens written in the text (the default; kept for scripts)");
   args.flag("--pieces", "print each id with the text it decodes to (special tokens rendered)");
   if (!args.parse(argc, argv)) return args.exit_code();
   auto model = args.get("--model");
@@ -26,6 +28,8 @@ int cmd_tokenize(int argc, char** argv) {
   auto prompt = args.get("--prompt");
   auto file = args.get("--file");
   if (prompt.has_value() == file.has_value()) return args.usage_error("give exactly one of -p TEXT or -f FILE");
+  if (args.has("--parse-special") && args.has("--no-parse-special"))
+    return args.usage_error("--parse-special and --no-parse-special contradict each other");
 
   std::string text;
   if (prompt) {
@@ -49,7 +53,7 @@ int cmd_tokenize(int argc, char** argv) {
     std::fprintf(stderr, "diskformer tokenize: %s\n", tok.error().message.c_str());
     return 1;
   }
-  tokenizer::EncodeOptions opts{.parse_special = args.has("--parse-special")};
+  tokenizer::EncodeOptions opts{.parse_special = !args.has("--no-parse-special")};
   if (args.has("--no-bos")) opts.add_bos = false;
   const std::vector<int32_t> ids = tok->encode(text, opts);
 

@@ -2,11 +2,13 @@
 // into it and into the model's RAM tier, and sequences that each hold a KV cache (hybrid models' sequences also
 // their recurrent state: engine/hybrid_sequence.h).
 #include <algorithm>
+#include <new>
 
 #include "diskformer/backend/cpu/forward.h"
 #include "diskformer/io/buffer.h"
 #include "diskformer/util/check.h"
 #include "engine/hybrid_sequence.h"
+#include "diskformer/util/size.h"
 #include "engine/sequence.h"
 
 namespace df::engine {
@@ -100,6 +102,7 @@ class CpuSequence final : public Sequence {
   }
   uint32_t n_past() const override { return kv_.n_past; }
   uint32_t n_ctx() const override { return kv_.n_ctx; }
+  uint32_t n_vocab() const override { return b_.m_.spec().n_vocab; }
   void truncate(uint32_t n_keep) override { kv_.n_past = std::min(kv_.n_past, n_keep); }
   SessionStats stats() override { return {.backend = "cpu"}; }
   void set_routing_stats(model::RoutingStats* r) override { forward_->set_routing_stats(r); }
@@ -113,8 +116,15 @@ class CpuSequence final : public Sequence {
 };
 
 Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() {
-  if (m_.spec().family == model::Family::kQwen35Moe) return new_hybrid_cpu_sequence(m_, w_);
-  return std::unique_ptr<Sequence>(new CpuSequence(*this));
+  // The plan has held the KV cache against the budget or the machine's RAM; a limit it cannot see (a cgroup's) can
+  // still refuse the allocation, which is then an error like any other.
+  try {
+    if (m_.spec().family == model::Family::kQwen35Moe) return new_hybrid_cpu_sequence(m_, w_);
+    return std::unique_ptr<Sequence>(new CpuSequence(*this));
+  } catch (const std::bad_alloc&) {
+    return Error{"cannot allocate the KV cache of " + format_size(m_.plan().kv_bytes) + " for a context of " +
+                 std::to_string(m_.n_ctx()) + " positions (-c)"};
+  }
 }
 
 }  // namespace

@@ -83,6 +83,7 @@ class HybridCpuSequence final : public Sequence {
   }
   uint32_t n_past() const override { return uint32_t(tokens_.size()); }
   uint32_t n_ctx() const override { return kv_.n_ctx; }
+  uint32_t n_vocab() const override { return m_.spec().n_vocab; }
   void truncate(uint32_t n_keep) override {
     if (n_keep >= tokens_.size()) return;
     tokens_.resize(n_keep);

@@ -15,9 +15,33 @@ const char* backend_name(Backend b) { return b == Backend::kCuda ? "cuda" : "cpu
 
 Model::~Model() = default;
 
+namespace {
+
+uint64_t expert_tensor_bytes(const model::ModelTensors& t) {
+  uint64_t n = 0;
+  for (const auto& l : t.layers)
+    for (const gguf::TensorInfo* x : {l.gate_exps, l.up_exps, l.down_exps})
+      if (x) n += x->n_bytes;
+  return n;
+}
+
+// What open reads, as ModelOptions::progress reports it: the CPU's arena, or the tensors CUDA uploads, and a
+// resident RAM tier's records.
+struct LoadCounter {
+  const std::function<void(uint64_t, uint64_t)>& report;
+  uint64_t total = 0, done = 0;
+  void add(uint64_t n) {
+    done += n;
+    if (report) report(done, total);
+  }
+};
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelOptions& o) {
   std::unique_ptr<Model> m(new Model());
   m->options_ = o;
+  m->options_.progress = nullptr;  // the caller's, for open only
   DF_ASSIGN(m->files_, open_model_files(path));
   const model::ModelSpec& spec = m->files_->spec;
   // The CUDA forward has no graph for these families yet: refused here, before any GPU work, so that a default CUDA
@@ -25,7 +49,14 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   if (o.backend == Backend::kCuda)
     if (auto why = cuda::cuda_unsupported(spec)) return Error{path + ": " + *why};
   m->n_ctx_ = o.n_ctx ? o.n_ctx : std::min<uint32_t>(spec.n_ctx_train ? spec.n_ctx_train : 4096, 4096);
-  DF_ASSIGN(m->plan_, plan_weights(*m->files_, m->n_ctx_, o.ram_budget));
+  // On CUDA the KV cache and work buffers are on the GPU (its plan counts them), and RAM holds what the GPU tier
+  // streams from: the RAM plan then leaves them out and is not held against the machine's RAM.
+  const bool cpu = o.backend == Backend::kCpu;
+  DF_ASSIGN(m->plan_, plan_weights(*m->files_, {.n_ctx = m->n_ctx_,
+                                                .n_batch = o.n_batch,
+                                                .budget = o.ram_budget,
+                                                .kv_in_ram = cpu,
+                                                .machine_ram = cpu ? machine_ram_bytes() : std::nullopt}));
   m->pool_ = std::make_unique<cpu::ThreadPool>(o.threads > 0 ? o.threads : cpu::default_thread_count());
   m->ctx_.pool = m->pool_.get();
   if (o.kernels) m->ctx_.kernels = o.kernels;
@@ -33,15 +64,29 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   // The RAM tier: on the CPU every streamed record; on CUDA the experts the GPU streams (none where it holds them
   // all), in pinned memory.
   bool ram_tier = m->plan_.slots > 0;
+  bool gpu_streams = false;
   io::HostAllocator* allocator = nullptr;
   if (o.backend == Backend::kCuda) {
-    DF_ASSIGN(const bool streams, cuda_streams_experts(*m->files_, m->n_ctx_, o.gpu));
-    ram_tier = ram_tier && streams;
+    DF_ASSIGN(gpu_streams, cuda_streams_experts(*m->files_, m->n_ctx_, o.gpu));
+    ram_tier = ram_tier && gpu_streams;
     allocator = cuda_host_allocator();
   }
-  if (ram_tier) DF_TRY(m->open_ram_tier(allocator));
+  const ModelFiles& f = *m->files_;
+  LoadCounter load{o.progress};
+  const uint64_t experts = expert_tensor_bytes(f.tensors);
+  if (cpu) {
+    for (const gguf::TensorInfo* t : arena_tensors(f.tensors, m->plan_.mode != Residency::kStreamLayers,
+                                                  !m->plan_.rows_stream()))
+      load.total += t->n_bytes;
+  } else {
+    load.total = f.tensor_bytes - (gpu_streams ? experts : 0);
+  }
+  if (ram_tier && m->plan_.records_resident()) load.total += experts;
+
+  if (ram_tier) DF_TRY(m->open_ram_tier(allocator, [&load](uint64_t n) { load.add(n); }));
   if (m->plan_.rows_stream()) DF_TRY(m->open_row_tier());
-  DF_ASSIGN(std::unique_ptr<TensorReader> reader, TensorReader::open(m->files_->records));
+  DF_ASSIGN(std::unique_ptr<TensorReader> reader, TensorReader::open(f.records));
+  if (o.progress) reader->set_progress([&load](uint64_t n) { load.add(n); });
   if (o.backend == Backend::kCuda) {
     DF_ASSIGN(m->backend_, open_cuda_backend(*m, *reader));
   } else {
@@ -50,7 +95,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   return m;
 }
 
-Status Model::open_ram_tier(io::HostAllocator* allocator) {
+Status Model::open_ram_tier(io::HostAllocator* allocator, std::function<void(uint64_t)> on_load) {
   const ModelFiles& f = *files_;
   const bool experts = f.spec.moe();
   DF_ASSIGN(auto reader, io::Reader::create({}));
@@ -79,7 +124,8 @@ Status Model::open_ram_tier(io::HostAllocator* allocator) {
             cache::HostTier::create(std::move(reader), std::move(locate),
                                     {.n_layers = f.spec.n_layer, .n_index = n_index, .slots = plan_.slots,
                                      .slot_bytes = plan_.record_bytes, .resident = plan_.records_resident(),
-                                     .max_prefetch = max_prefetch, .allocator = allocator}));
+                                     .max_prefetch = max_prefetch, .allocator = allocator,
+                                     .on_load = std::move(on_load)}));
   ram_tier_initial_bytes_ = tier->bytes_read_at_creation();
   ram_tier_ = std::move(tier);
   return {};

@@ -1,5 +1,7 @@
 #include "diskformer/engine/plan.h"
 
+#include <sys/sysinfo.h>
+
 #include <algorithm>
 
 #include "diskformer/backend/cpu/kv_cache.h"
@@ -22,12 +24,25 @@ namespace {
 
 constexpr uint64_t kPage = 4096;
 
-// Activations of a 512-token batch plus the logits, generously: exact sizes depend on the batch.
-uint64_t work_estimate(const model::ModelSpec& s) {
-  const uint64_t batch = 512;
-  const uint64_t widest = std::max<uint64_t>({s.n_embd, s.q_dim() * (s.attn_gate ? 2 : 1), s.n_ff,
-                                              uint64_t(s.n_ff_expert) * 2, uint64_t(s.delta_net.conv_dim()) * 2});
-  return batch * widest * 4 * 12 + uint64_t(s.n_vocab) * 4 * 2;
+// The CPU forward's buffers at a batch of n tokens (backend/cpu/forward.h: the residual, norms, q/k/v, attention
+// output, the FFN's or the experts' rows, their scratch; a hybrid model's gated queries and DeltaNet channels), the
+// products' converted activations (at most 4 bytes an
+// element, every job of a matmul_many in its own region), one row of logits and the sampler's (logit, id) pairs.
+uint64_t work_estimate(const model::ModelSpec& s, uint32_t n_ctx, uint32_t n_batch) {
+  const uint64_t n = std::max<uint64_t>(1, std::min(n_ctx, n_batch));
+  const uint64_t E = s.n_embd, K = s.n_expert_used, Fe = s.n_ff_expert;
+  const uint64_t q_rows = uint64_t(s.q_dim()) * (s.attn_gate ? 2 : 1), conv = s.delta_net.conv_dim();
+  uint64_t per_token = 3 * E + q_rows + s.kv_dim_k() + s.kv_dim_v() + uint64_t(s.n_head) * s.head_dim_v + 2 * conv;
+  uint64_t widest_job = std::max<uint64_t>({E, q_rows, s.n_ff, conv});
+  if (s.moe()) {
+    // router, expert outputs, gathered inputs and outputs, SwiGLU; a shared expert's gate and up
+    per_token += s.n_expert + 3 * K * E + 2 * K * Fe + 2 * uint64_t(s.n_ff_shared);
+    widest_job = std::max(widest_job, K * std::max(E, Fe));
+  } else {
+    per_token += 2 * uint64_t(s.n_ff);
+  }
+  const uint64_t activations = 3 * 4 * n * widest_job;  // q, k and v (or gate and up) converted side by side
+  return 4 * n * per_token + activations + uint64_t(s.n_vocab) * (4 + 8);
 }
 
 uint64_t place_piece(uint64_t at, uint64_t file_offset, uint64_t length) {
@@ -75,23 +90,49 @@ std::string WeightPlan::describe() const {
                              format_size(row_bytes)
                        : ", per-layer embedding table resident (" + format_size(row_table_bytes) + ")";
   }
-  s += ", KV cache " + format_size(kv_bytes);
+  s += ", KV cache " + format_size(kv_bytes) + " at " + std::to_string(n_ctx) + " positions";
   if (state_bytes) s += ", recurrent state " + format_size(state_bytes);
   s += ", work " + format_size(work_bytes);
+  if (!kv_in_ram) s += " (on the GPU)";
   return s + " (model " + format_size(model_bytes) + ")";
 }
 
-Result<WeightPlan> plan_weights(const ModelFiles& m, uint32_t n_ctx, std::optional<uint64_t> budget) {
+namespace {
+
+std::string bytes_text(uint64_t n) { return format_size(n) + " (" + std::to_string(n) + " bytes)"; }
+
+// "resident weights 10.2 MiB + KV cache 8.0 GiB at 16777216 positions + work buffers 5.1 MiB": the fixed part.
+std::string fixed_text(const WeightPlan& p) {
+  std::string s = "resident weights " + format_size(p.resident_bytes);
+  if (p.kv_in_ram) {
+    s += " + KV cache " + format_size(p.kv_bytes) + " at " + std::to_string(p.n_ctx) + " positions";
+    if (p.state_bytes) s += " + recurrent state " + format_size(p.state_bytes);
+    s += " + work buffers " + format_size(p.work_bytes);
+  }
+  return s;
+}
+
+// Where the KV cache is what does not fit, a smaller -c is the way out.
+std::string ctx_hint(const WeightPlan& p, uint64_t limit) {
+  return p.kv_in_ram && p.kv_bytes > limit / 2 ? " (the KV cache grows with -c: a smaller context needs less)" : "";
+}
+
+}  // namespace
+
+Result<WeightPlan> plan_weights(const ModelFiles& m, const RamPlanOptions& o) {
   const model::ModelSpec& spec = m.spec;
   WeightPlan p;
+  p.n_ctx = o.n_ctx;
   p.model_bytes = m.tensor_bytes;
-  p.kv_bytes = cpu::KvCache::bytes_for(spec, n_ctx);
+  p.kv_bytes = cpu::KvCache::bytes_for(spec, o.n_ctx);
   p.state_bytes = spec.n_recurrent() ? hybrid_state_bytes(spec) : 0;
-  p.work_bytes = work_estimate(spec);
+  p.work_bytes = work_estimate(spec, o.n_ctx, o.n_batch);
+  p.kv_in_ram = o.kv_in_ram;
   const bool moe = spec.moe();
   const uint64_t expert_records = moe ? uint64_t(spec.n_layer) * spec.n_expert : 0;
   if (expert_records > UINT32_MAX)
     return Error{m.path + ": " + std::to_string(expert_records) + " expert records are more than a tier indexes"};
+  const std::optional<uint64_t> budget = o.budget;
   const bool stream_layers = budget && !moe;
   const gguf::TensorInfo* table = m.tensors.ple_table;
   p.resident_bytes = arena_layout(m.records, arena_tensors(m.tensors, !stream_layers, !budget)).bytes;
@@ -111,32 +152,45 @@ Result<WeightPlan> plan_weights(const ModelFiles& m, uint32_t n_ctx, std::option
   p.slot_bytes = (p.record_bytes + kPage - 1) / kPage * kPage;
   if (!budget) {
     p.slots = p.n_records;  // a MoE model's experts all in RAM; a dense model has no tier
+    if (o.machine_ram && p.total_bytes() > *o.machine_ram)
+      return Error{"this model at -c " + std::to_string(o.n_ctx) + " needs " + bytes_text(p.total_bytes()) +
+                   " of RAM (" + fixed_text(p) +
+                   (p.slots ? " + " + std::to_string(p.slots) + " expert records of " + format_size(p.slot_bytes) : "") +
+                   "), more than this machine's " + bytes_text(*o.machine_ram) + ctx_hint(p, *o.machine_ram) +
+                   "; --ram-budget streams the weights from disk instead"};
     return p;
   }
   p.mode = moe ? Residency::kStreamExperts : Residency::kStreamLayers;
-  const uint32_t min_rows = table ? uint32_t(std::min<uint64_t>(kMinRowSlots, table->rows())) : 0;
-  const uint64_t row_reserve = uint64_t(min_rows) * p.row_bytes;
-  const uint64_t need = p.resident_bytes + uint64_t(p.min_slots) * p.slot_bytes + row_reserve;
-  p.min_budget = need;
+  if (table) p.min_row_slots = uint32_t(std::min<uint64_t>(kMinRowSlots, table->rows()));
+  const uint64_t need = p.min_budget();
   if (*budget < need)
-    return Error{"RAM budget " + format_size(*budget) + " (" + std::to_string(*budget) +
-                 " bytes) is too small for this model: resident weights " + format_size(p.resident_bytes) + " + " +
-                 std::to_string(p.min_slots) + " slots of " + format_size(p.slot_bytes) +
-                 (table ? " + " + std::to_string(min_rows) + " per-layer embedding rows of " + format_size(p.row_bytes)
+    return Error{"RAM budget " + bytes_text(*budget) + " is too small for this model at -c " + std::to_string(o.n_ctx) +
+                 ": " + fixed_text(p) + " + " + std::to_string(p.min_slots) + " slots of " +
+                 format_size(p.slot_bytes) +
+                 (table ? " + " + std::to_string(p.min_row_slots) + " per-layer embedding rows of " +
+                              format_size(p.row_bytes)
                         : std::string()) +
-                 " = " + format_size(need) + " (" + std::to_string(need) + " bytes) at least"};
+                 " = " + bytes_text(need) + " at least" + ctx_hint(p, *budget)};
   // The tier's slots first (a layer or expert missed costs far more than a row), then the table where it fits.
-  p.slots = uint32_t(std::min<uint64_t>(p.n_records, (*budget - p.resident_bytes - row_reserve) / p.slot_bytes));
+  const uint64_t row_reserve = uint64_t(p.min_row_slots) * p.row_bytes;
+  p.slots = uint32_t(std::min<uint64_t>(p.n_records, (*budget - p.fixed_bytes() - row_reserve) / p.slot_bytes));
   if (table) {
-    const uint64_t left = *budget - p.resident_bytes - uint64_t(p.slots) * p.slot_bytes;
+    const uint64_t left = *budget - p.fixed_bytes() - uint64_t(p.slots) * p.slot_bytes;
     const uint64_t with_table = arena_layout(m.records, arena_tensors(m.tensors, !stream_layers, true)).bytes;
     if (with_table - p.resident_bytes <= left) {
+      p.row_table_in_arena = with_table - p.resident_bytes;
       p.resident_bytes = with_table;
     } else {
       p.row_slots = uint32_t(std::min<uint64_t>(table->rows(), left / p.row_bytes));
     }
   }
   return p;
+}
+
+std::optional<uint64_t> machine_ram_bytes() {
+  struct sysinfo si {};
+  if (::sysinfo(&si) != 0 || si.totalram == 0) return std::nullopt;
+  return uint64_t(si.totalram) * std::max<uint64_t>(1, si.mem_unit);
 }
 
 }  // namespace df::engine

@@ -20,6 +20,7 @@ class Sequence {
   virtual int32_t next_token(sampling::Sampler& sampler, std::span<const int32_t> history) = 0;
   virtual uint32_t n_past() const = 0;
   virtual uint32_t n_ctx() const = 0;
+  virtual uint32_t n_vocab() const = 0;
   virtual void truncate(uint32_t n_keep) = 0;
   virtual SessionStats stats() = 0;
   virtual void set_routing_stats(model::RoutingStats*) {}

@@ -21,6 +21,7 @@ int32_t Session::next_token(sampling::Sampler& sampler, std::span<const int32_t>
 }
 uint32_t Session::n_past() const { return seq_->n_past(); }
 uint32_t Session::n_ctx() const { return seq_->n_ctx(); }
+uint32_t Session::n_vocab() const { return seq_->n_vocab(); }
 void Session::truncate(uint32_t n_keep) { seq_->truncate(n_keep); }
 SessionStats Session::stats() { return seq_->stats(); }
 void Session::set_routing_stats(model::RoutingStats* r) { seq_->set_routing_stats(r); }

@@ -58,7 +58,17 @@ Status TensorReader::read(std::span<const Piece> pieces) {
       x += n;
     }
   }
-  return reader_->read_batch(reqs);
+  if (!progress_) return reader_->read_batch(reqs);
+  constexpr uint64_t kGroup = 64ull << 20;
+  for (size_t i = 0; i < reqs.size();) {
+    size_t j = i;
+    uint64_t bytes = 0;
+    while (j < reqs.size() && (j == i || bytes + reqs[j].length <= kGroup)) bytes += reqs[j++].length;
+    DF_TRY(reader_->read_batch(std::span<const io::ReadRequest>(reqs.data() + i, j - i)));
+    progress_(bytes);
+    i = j;
+  }
+  return {};
 }
 
 }  // namespace df::engine

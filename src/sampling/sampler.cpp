@@ -33,6 +33,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   cand_.clear();
   cand_.reserve(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) cand_.push_back({logits[i], int32_t(i)});
+  for (int32_t id : p_.banned)
+    if (id >= 0 && size_t(id) < cand_.size()) cand_[size_t(id)].first = -INFINITY;
 
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
     const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min<size_t>(history.size(), p_.repeat_last_n);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "diskformer/engine/model.h"
 #include "support/cli_run.h"
 
 namespace df::test {
@@ -23,10 +24,14 @@ TEST(Cli, SplitModelsRunAndInspectFromTheirFirstPart) {
                              ", 1.14 MiB, 15 tensors"), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("47 tensors"), std::string::npos) << inspect.out;
 
-  const std::string gen = " -p 'It was the best of times' -n 24 --temp 0 -t 1 --quiet";
+  const std::string gen = " -p 'It was the best of times' -n 24 --temp 0 -t 1 -c 256 --quiet";
   const CliRun want = run_cli_capture("run -m " + single.string() + gen);
   ASSERT_EQ(want.status, 0) << want.err;
-  for (const std::string budget : {"", " --ram-budget 2.3M"}) {
+  // The smallest budget at that context: the layers stream through 2 slots.
+  auto probe = engine::Model::open(first.string(), {.n_ctx = 256, .threads = 1, .ram_budget = uint64_t(1) << 30});
+  ASSERT_TRUE(probe.ok()) << probe.error().message;
+  const std::string least = " --ram-budget " + std::to_string((*probe)->plan().min_budget());
+  for (const std::string& budget : {std::string(), least}) {
     const CliRun got = run_cli_capture("run -m " + first.string() + gen + budget);
     ASSERT_EQ(got.status, 0) << got.err;
     EXPECT_EQ(got.out, want.out) << budget;

@@ -24,8 +24,9 @@ TEST(RunCommand, StdoutIsExactlyLlamaCppsCompletion) {
   const CliRun full = run_cli(base);
   EXPECT_EQ(full.status, 0);
   EXPECT_EQ(full.out, c.completion);
-  // Experts streamed through a pool (the embeddings and output head of this model need most of its 10.9 MiB).
-  const CliRun budget = run_cli(base + " --ram-budget 10.7M");
+  // Experts streamed through a pool: the embeddings and output head of this model need most of its 10.9 MiB, and at
+  // -c 512 the KV cache and work buffers take 6.8 MiB of the budget beside them.
+  const CliRun budget = run_cli(base + " -c 512 --ram-budget 17.5M");
   EXPECT_EQ(budget.status, 0);
   EXPECT_EQ(budget.out, c.completion);
 }
@@ -43,7 +44,7 @@ TEST(RunCommand, FromAStoreAsFromTheFile) {
   const std::string gen = " -p '" + c.prompt + "' -n 32 --temp 0 --ignore-eos -t 2 --backend cpu";
   for (const std::string& from : {"-m " + dir.string(), "--store " + dir.string(),
                                   "-m " + model.string() + " --store " + dir.string()}) {
-    const CliRun r = run_cli("run " + from + gen + " --ram-budget 10.7M");
+    const CliRun r = run_cli("run " + from + gen + " -c 512 --ram-budget 17.5M");
     EXPECT_EQ(r.status, 0) << from << ": " << r.err;
     EXPECT_EQ(r.out, c.completion) << from;
     EXPECT_NE(r.err.find("(store)"), std::string::npos) << r.err;

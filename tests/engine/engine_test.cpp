@@ -5,7 +5,7 @@
 #include "diskformer/engine/generate.h"
 #include "diskformer/engine/model.h"
 #include "diskformer/sampling/sampler.h"
-#include "engine/tiny_model.h"
+#include "support/tiny_model.h"
 #include "model/gold.h"
 #include "support/sessions.h"
 #include "support/test_paths.h"
@@ -84,11 +84,14 @@ TEST_P(Budget, QuarterOfTheModelGivesIdenticalOutput) {
   ASSERT_TRUE(written.ok()) << written.error().message;
   auto full = Model::open(path, {.n_ctx = 128, .threads = 2});
   ASSERT_TRUE(full.ok()) << full.error().message;
-  const uint64_t quarter = (*full)->plan().model_bytes / 4;
-  auto small = Model::open(path, {.n_ctx = 128, .threads = 2, .ram_budget = quarter});
+  // A quarter of the model's bytes for its weights, beside the KV cache and work buffers the budget covers too.
+  const auto& full_plan = (*full)->plan();
+  const uint64_t quarter = full_plan.model_bytes / 4, budget = full_plan.kv_bytes + full_plan.work_bytes + quarter;
+  auto small = Model::open(path, {.n_ctx = 128, .threads = 2, .ram_budget = budget});
   ASSERT_TRUE(small.ok()) << small.error().message;
   const auto& plan = (*small)->plan();
-  EXPECT_LE(plan.weight_bytes(), quarter);
+  EXPECT_LE(plan.resident_bytes + plan.cache_bytes(), quarter);
+  EXPECT_LE(plan.total_bytes(), budget);
   EXPECT_GT(plan.slots, 0u);
   const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 8, 9, 10, 11, 200, 31, 64};
   Session a = new_session(**full), b = new_session(**small);
@@ -104,7 +107,7 @@ TEST_P(Budget, QuarterOfTheModelGivesIdenticalOutput) {
   EXPECT_GT(st.bytes_from_disk(), plan.resident_bytes);
 
   // The smallest budget the plan accepts runs too, with the same output.
-  const uint64_t least = plan.resident_bytes + uint64_t(plan.min_slots) * plan.slot_bytes;
+  const uint64_t least = plan.min_budget();
   auto tight = Model::open(path, {.n_ctx = 128, .threads = 2, .ram_budget = least});
   ASSERT_TRUE(tight.ok()) << tight.error().message;
   EXPECT_EQ((*tight)->plan().slots, plan.min_slots);
@@ -183,6 +186,7 @@ TEST(BadInput, BudgetTooSmallIsRefusedWithTheNumbers) {
   const auto e = open_error(moe_model(), "budget", {.threads = 1, .ram_budget = 4096});
   EXPECT_NE(e.find("RAM budget 4.00 KiB (4096 bytes) is too small"), std::string::npos) << e;
   EXPECT_NE(e.find("8 slots of"), std::string::npos) << e;
+  EXPECT_NE(e.find("KV cache"), std::string::npos) << e;
 }
 
 TEST(BadInput, ContextOverflowIsAnError) {

@@ -51,7 +51,7 @@ TEST(Gemma4Engine, PerLayerEmbeddingTableUnderARamBudget) {
   EXPECT_EQ(p.row_table_bytes, 32000u * 170u);
 
   // Every layer slot, the table on disk through a row cache (the budget short of the table by one row).
-  const uint64_t layers_only = p.min_budget + uint64_t(p.n_records - p.min_slots) * p.slot_bytes;
+  const uint64_t layers_only = p.min_budget() + uint64_t(p.n_records - p.min_slots) * p.slot_bytes;
   auto rows = Model::open(path.string(), {.n_ctx = 128, .threads = 2, .ram_budget = layers_only});
   ASSERT_TRUE(rows.ok()) << rows.error().message;
   EXPECT_EQ((*rows)->plan().slots, p.n_records);
@@ -68,7 +68,7 @@ TEST(Gemma4Engine, PerLayerEmbeddingTableUnderARamBudget) {
   EXPECT_EQ((*rows)->stats().streamed_row_bytes, 0u);
 
   // Below the smallest budget: refused with the numbers, the rows among them.
-  auto small = Model::open(path.string(), {.n_ctx = 128, .threads = 2, .ram_budget = p.min_budget - 1});
+  auto small = Model::open(path.string(), {.n_ctx = 128, .threads = 2, .ram_budget = p.min_budget() - 1});
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.error().message.find("256 per-layer embedding rows of 170 B"), std::string::npos)
       << small.error().message;
@@ -116,12 +116,13 @@ TEST(Gemma4Engine, CommandsReportTheRowCache) {
   DF_REQUIRE_SHARED(path, "models/gemma4-e2b-q8_0.gguf");
   auto probe = Model::open(path.string(), {.n_ctx = 64, .threads = 1, .ram_budget = uint64_t(64) << 20});
   ASSERT_TRUE(probe.ok()) << probe.error().message;
-  const std::string budget = " --ram-budget " + std::to_string((*probe)->plan().min_budget);
-  const CliRun run = run_cli_capture("run -m " + path.string() + " -p 'Hello world' -n 8 --temp 0 -t 2" + budget);
+  const std::string budget = " --ram-budget " + std::to_string((*probe)->plan().min_budget());
+  const CliRun run = run_cli_capture("run -m " + path.string() + " -p 'Hello world' -n 8 --temp 0 -t 2 -c 64" + budget);
   EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_NE(run.err.find("row cache hit rate"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("B/token of rows from disk"), std::string::npos) << run.err;
-  const CliRun bench = run_cli_capture("bench -m " + path.string() + " -p 8 -n 4 -r 1 -t 2 --json --quiet" + budget);
+  const CliRun bench =
+      run_cli_capture("bench -m " + path.string() + " -p 8 -n 4 -r 1 -t 2 -c 64 --json --quiet" + budget);
   ASSERT_EQ(bench.status, 0) << bench.err;
   const auto j = nlohmann::json::parse(bench.out);
   EXPECT_EQ(j["row_slots"], engine::kMinRowSlots);

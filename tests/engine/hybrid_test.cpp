@@ -174,6 +174,7 @@ std::string reply_in_one_go(Model& m, const tokenizer::Tokenizer& tok, const cha
   tokenizer::StreamDecoder dec(tok);
   engine::GenerateHooks hooks;
   hooks.on_token = [&](int32_t id) { text += dec.push(id); };
+  hooks.is_eog = [&](int32_t id) { return tok.is_eog(id); };  // banned under ignore_eos, as chat bans them
   auto st = engine::generate(s, ids, {.n_predict = n, .ignore_eos = true, .sampling = {.temp = 0}}, hooks, history);
   EXPECT_TRUE(st.ok()) << st.error().message;
   return text + dec.flush();
@@ -241,8 +242,13 @@ TEST(HybridCli, RunPrintsLlamaCppsCompletionAndInspectHasNoGpuPlan) {
   const auto cases = read_gold((shared_dir() / "models/qwen35moe-q8_0.gold.json").string());
   const GoldCase& c = cases.at(0);
   ASSERT_TRUE(c.stable);
-  const std::string base = "run -m " + path.string() + " -p '" + c.prompt + "' -n 32 --temp 0 --ignore-eos -t 2";
-  for (const std::string& budget : {"", " --ram-budget 10.6M"}) {
+  const std::string base =
+      "run -m " + path.string() + " -p '" + c.prompt + "' -n 32 --temp 0 --ignore-eos -t 2 -c 512";
+  // The smallest budget the plan accepts at that context: experts through 2 x top-k slots.
+  auto probe = Model::open(path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = uint64_t(1) << 30});
+  ASSERT_TRUE(probe.ok()) << probe.error().message;
+  const std::string least = " --ram-budget " + std::to_string((*probe)->plan().min_budget());
+  for (const std::string& budget : {std::string(), least}) {
     const CliRun r = run_cli_capture(base + budget);
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, c.completion) << budget;

@@ -1,6 +1,7 @@
 // The GPU plan's sizes against what the CUDA backend allocates: a session holds exactly the buffer table's bytes
 // (one table sizes both), the weights the plan counts for the upload, and the device memory in use after CUDA
-// initialization beside the plan's assumed context reserve (printed).
+// initialization beside the plan's assumed context reserve (printed). A context whose KV cache the budget or the
+// device cannot hold is refused with the numbers before anything is allocated.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "diskformer/util/size.h"
 #include "gpu/gpu_support.h"
 #include "support/test_paths.h"
+#include "support/tiny_model.h"
 
 namespace df::test {
 namespace {
@@ -55,6 +57,29 @@ TEST(GpuPlanOnDevice, SessionAndWeightBytesMatchThePlan) {
     }
   }
   cudaStreamDestroy(stream);
+}
+
+TEST(GpuPlanOnDevice, AContextThatDoesNotFitIsRefusedWithTheNumbers) {
+  DF_REQUIRE_GPU();
+  DF_REQUIRE_SHARED(path, "models/qwen3moe-q4_0.gguf");
+  // Under a budget: the plan counts the KV cache of every position.
+  auto budget = engine::Model::open(path.string(), {.n_ctx = 1 << 24, .backend = engine::Backend::kCuda,
+                                                    .gpu = {.budget = 2ull << 30}});
+  ASSERT_FALSE(budget.ok());
+  EXPECT_NE(budget.error().message.find("KV cache 8.00 GiB at 16777216 positions"), std::string::npos)
+      << budget.error().message;
+  // Without one, a plan larger than the device: 16 layers of 16 key-value heads of 64, 1 TiB of KV cache at 2^24.
+  TinyModel wide;
+  wide.arch = "llama", wide.n_expert = 0, wide.n_layer = 16, wide.n_embd = 128, wide.n_head = 16;
+  wide.n_head_kv = 16, wide.head_dim = 64;
+  const std::string wide_path = (temp_dir("gpu_wide_kv") / "m.gguf").string();
+  ASSERT_TRUE(write_tiny_model(wide_path, wide).ok());
+  if (cuda::query_devices().total_bytes > (1ull << 40)) GTEST_SKIP() << "a device of more than 1 TiB";
+  auto all = engine::Model::open(wide_path, {.n_ctx = 1 << 24, .backend = engine::Backend::kCuda});
+  ASSERT_FALSE(all.ok());
+  const std::string& e = all.error().message;
+  EXPECT_NE(e.find("cannot hold this model at -c 16777216"), std::string::npos) << e;
+  EXPECT_NE(e.find("KV cache 1.00 TiB at 16777216 positions"), std::string::npos) << e;
 }
 
 }  // namespace

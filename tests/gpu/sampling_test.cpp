@@ -2,16 +2,18 @@
 // keeps (ties toward the lower id), DeviceSampler draws the token Sampler::sample draws for every kind of setting
 // (greedy, penalties, top-k, top-k off), and a CUDA session does so on a model's own logits. Timings are printed.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <random>
 
 #include "diskformer/backend/cuda/device_sampler.h"
-#include "diskformer/backend/cuda/device_sampler.h"
 #include "diskformer/backend/cuda/select.h"
+#include "diskformer/engine/generate.h"
 #include "diskformer/engine/model.h"
 #include "gpu/gpu_support.h"
 #include "support/test_paths.h"
+#include "support/tiny_model.h"
 
 namespace df::test {
 namespace {
@@ -95,6 +97,11 @@ const sampling::SamplingParams kSettings[] = {
     {.temp = 1.0f, .top_k = 2000, .top_p = 0.9f, .min_p = 0.0f, .repeat_penalty = 0.8f, .repeat_last_n = -1,
      .seed = 5},
     {.temp = 1.0f, .top_k = 0, .top_p = 0.9f, .min_p = 0.02f, .repeat_penalty = 1.1f, .seed = 6},  // full row
+    // --ignore-eos's bans, among the strongest candidates: a copy of the row with them at -inf on every path.
+    {.temp = 0.0f, .seed = 7, .banned = {17, 151935, 5}},
+    {.temp = 0.0f, .repeat_penalty = 1.5f, .seed = 8, .banned = {151935, 200000, -3}},
+    {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 9, .banned = {3, 4, 17, 151935}},
+    {.temp = 1.0f, .top_k = 0, .top_p = 0.9f, .min_p = 0.0f, .seed = 10, .banned = {17}},
 };
 
 std::string describe(const sampling::SamplingParams& p) {
@@ -135,6 +142,85 @@ TEST(GpuSelect, DeviceSamplerDrawsWhatTheCpuSamplerDraws) {
       EXPECT_EQ(differ, 0) << describe(p) << " ties " << ties;
     }
   cudaStreamDestroy(stream);
+}
+
+// A banned id is never chosen, even where it is the best by far: greedy (argmax over the banned copy), with a
+// penalty, and drawn after a top-k cut; the choice is the CPU sampler's.
+TEST(GpuSelect, BannedTokensAreNeverChosen) {
+  DF_REQUIRE_GPU();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const int64_t V = 32000;
+  auto x = make_logits(V, 5, false);
+  x[2] = 50.0f;    // an end-of-generation id far ahead of the rest
+  x[7] = 40.0f;    // the next best, also banned
+  x[900] = 30.0f;  // what greedy must choose
+  const cuda::DeviceBuffer dx = cuda::to_device(x);
+  const std::vector<int32_t> history = {2, 900};
+  for (const sampling::SamplingParams& p :
+       {sampling::SamplingParams{.temp = 0.0f, .banned = {2, 7}},
+        sampling::SamplingParams{.temp = 0.0f, .repeat_penalty = 0.5f, .banned = {7, 2}},
+        sampling::SamplingParams{.temp = 2.0f, .top_k = 3, .top_p = 1.0f, .min_p = 0.0f, .seed = 3, .banned = {2, 7}}}) {
+    sampling::Sampler cpu(p), gpu(p);
+    cuda::DeviceSampler ds;
+    for (int step = 0; step < 50; ++step) {
+      const int32_t g = ds.sample(gpu, dx.as<float>(), V, stream, history);
+      EXPECT_NE(g, 2) << describe(p);
+      EXPECT_NE(g, 7) << describe(p);
+      EXPECT_EQ(g, cpu.sample(x, history)) << describe(p);
+      if (p.temp == 0.0f) {
+        EXPECT_EQ(g, 900);
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// engine::generate with ignore_eos on a CUDA session, where the end-of-generation token is the first greedy one: the
+// tokens chosen on the device are the argmax of the session's own logits with that token at -inf, step by step.
+TEST(GpuSelect, GenerateWithIgnoreEosNeverChoosesTheEos) {
+  DF_REQUIRE_GPU();
+  const std::string path = (temp_dir("gpu_ignore_eos") / "m.gguf").string();
+  ASSERT_TRUE(write_tiny_model(path, TinyModel{}).ok());
+  auto m = open_gpu(path, 128);
+  ASSERT_TRUE(m);
+  const std::vector<int32_t> prompt = {1, 17, 42, 99, 3};
+  auto probe = session_of(*m);
+  ASSERT_TRUE(probe && probe->eval(prompt).ok());
+  const int32_t eos = sampling::argmax(probe->logits());
+  engine::GenerateHooks hooks;
+  std::vector<int32_t> printed;
+  hooks.is_eog = [&](int32_t id) { return id == eos; };
+  hooks.on_token = [&](int32_t id) { printed.push_back(id); };
+  auto s = session_of(*m);
+  ASSERT_TRUE(s);
+  std::vector<int32_t> history;
+  auto st = engine::generate(*s, prompt, {.n_predict = 16, .ignore_eos = true, .sampling = {.temp = 0}}, hooks, history);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  auto by_hand = session_of(*m);
+  ASSERT_TRUE(by_hand && by_hand->eval(prompt).ok());
+  std::vector<int32_t> want;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<float> l(by_hand->logits().begin(), by_hand->logits().end());
+    l[size_t(eos)] = -INFINITY;
+    want.push_back(sampling::argmax(l));
+    if (i + 1 < 16) {
+      ASSERT_TRUE(by_hand->eval(std::span(&want.back(), 1)).ok());
+    }
+  }
+  EXPECT_EQ(printed, want);
+  EXPECT_EQ(std::count(printed.begin(), printed.end(), eos), 0);
+  // Drawn on the device's top-k, never either.
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    auto t = session_of(*m);
+    ASSERT_TRUE(t);
+    printed.clear();
+    history.clear();
+    engine::GenerateOptions o{.n_predict = 24, .ignore_eos = true};
+    o.sampling = {.temp = 1.5f, .top_k = 8, .top_p = 1.0f, .min_p = 0.0f, .seed = seed};
+    ASSERT_TRUE(engine::generate(*t, prompt, o, hooks, history).ok());
+    EXPECT_EQ(std::count(printed.begin(), printed.end(), eos), 0) << "seed " << seed;
+  }
 }
 
 // On a real model's logits (prompt split into batches, then decode steps through the graph): a CUDA session's

@@ -30,16 +30,18 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
   ASSERT_TRUE(model.ok()) << model.error().message;
   // The same model streaming from disk under the smallest RAM budget its plan accepts: experts through a pool
   // of 2 x top-k slots, or layers through 2 slots; a per-layer embedding table through a row cache of
-  // kMinRowSlots rows.
+  // kMinRowSlots rows; beside the KV cache and work buffers.
   const auto& full_plan = (*model)->plan();
-  auto probe = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = full_plan.model_bytes});
+  auto probe = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = full_plan.total_bytes()});
   ASSERT_TRUE(probe.ok()) << probe.error().message;
   const auto& p = (*probe)->plan();
-  const uint64_t least = p.min_budget;
+  const uint64_t least = p.min_budget();
   auto streamed = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2, .ram_budget = least});
   ASSERT_TRUE(streamed.ok()) << streamed.error().message;
   ASSERT_NE((*streamed)->plan().mode, engine::Residency::kAllResident);
-  if (p.row_table_bytes) EXPECT_EQ((*streamed)->plan().row_slots, engine::kMinRowSlots);
+  if (p.row_table_bytes) {
+    EXPECT_EQ((*streamed)->plan().row_slots, engine::kMinRowSlots);
+  }
   // A store of the model, streamed at the same budget: one read per record, the same records.
   const auto store = temp_dir("gold_store_" + name + (file.empty() ? "" : "_split"));
   auto ingested = store::ingest({.source = model_path.string(), .dir = store.string(), .force = true});

@@ -1,6 +1,7 @@
 // Sampling: greedy ties, truncations (top-k, top-p, min-p), repeat penalty, and seeded draws.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -68,6 +69,30 @@ TEST(Sampler, SeedDeterminesTheDraws) {
   }
   EXPECT_EQ(da, db);
   EXPECT_NE(da, dc);
+}
+
+// --ignore-eos as llama.cpp: banned ids (its logit bias of -inf) are never chosen, greedy or drawn, whatever the
+// penalty; the rest of the distribution is unchanged.
+TEST(Sampler, BannedTokensAreNeverChosen) {
+  const std::vector<float> logits = {0.0f, 1.0f, 5.0f, 4.0f, 3.0f};
+  Sampler greedy({.temp = 0, .banned = {2}});
+  EXPECT_EQ(greedy.sample(logits, {}), 3);
+  Sampler penalized({.temp = 0, .repeat_penalty = 0.5f, .banned = {2, 99, -1}});  // the penalty raises id 2 further
+  EXPECT_EQ(penalized.sample(logits, std::vector<int32_t>{2}), 3);
+  auto h = histogram({.temp = 1.5f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 7, .banned = {2, 3}}, logits,
+                     2000);
+  EXPECT_EQ(h.count(2) + h.count(3), 0u);
+  EXPECT_EQ(h.size(), 3u);
+  // With top-k the cut is taken after the ban: the two best that are left.
+  h = histogram({.temp = 1.0f, .top_k = 2, .top_p = 1.0f, .min_p = 0.0f, .seed = 8, .banned = {2}}, logits, 500);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_TRUE(h.count(3) && h.count(4));
+  // The same draws as an unbanned sampler on logits where the banned ids are -inf.
+  std::vector<float> cut = logits;
+  cut[2] = -INFINITY;
+  Sampler a({.temp = 1.0f, .top_k = 3, .top_p = 0.9f, .min_p = 0.0f, .seed = 9, .banned = {2}});
+  Sampler b({.temp = 1.0f, .top_k = 3, .top_p = 0.9f, .min_p = 0.0f, .seed = 9});
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(logits, {}), b.sample(cut, {}));
 }
 
 }  // namespace

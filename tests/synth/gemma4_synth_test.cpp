@@ -83,7 +83,7 @@ TEST_P(Gemma4SynthFile, RunsResidentStreamedAndFromAStore) {
   const auto want = greedy_ids(a, prompt, 12);
   auto probe = engine::Model::open(o.out, {.n_ctx = 128, .threads = 1, .ram_budget = 4 * (*m)->plan().model_bytes});
   ASSERT_TRUE(probe.ok()) << probe.error().message;
-  const uint64_t least = (*probe)->plan().min_budget;
+  const uint64_t least = (*probe)->plan().min_budget();
   auto streamed = engine::Model::open(o.out, {.n_ctx = 128, .threads = 2, .ram_budget = least});
   ASSERT_TRUE(streamed.ok()) << streamed.error().message;
   engine::Session b = new_session(**streamed);

@@ -52,15 +52,26 @@ TEST(TokenizeCli, IdsMatchTheLibrary) {
   auto tok = Tokenizer::from_file(qwen.string());
   ASSERT_TRUE(tok.ok());
   const std::string text = "<|im_start|>user\nHello, 世界 🦙<|im_end|>";
+  // Control tokens in the text are recognised by default, as run tokenizes its prompt.
   CliRun r = run_cli({"-m", qwen.string(), "-p", text});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_FALSE(r.out.empty());
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1);  // exactly one line
-  EXPECT_EQ(nlohmann::json::parse(r.out).get<std::vector<int32_t>>(), tok->encode(text));
+  const auto special = tok->encode(text, {.parse_special = true});
+  EXPECT_EQ(nlohmann::json::parse(r.out).get<std::vector<int32_t>>(), special);
+  EXPECT_EQ(special.front(), tok->find("<|im_start|>"));
 
-  r = run_cli({"-m", qwen.string(), "--parse-special", "-p", text});
+  r = run_cli({"-m", qwen.string(), "--parse-special", "-p", text});  // still accepted, the default
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out).get<std::vector<int32_t>>(), tok->encode(text, {.parse_special = true}));
+  EXPECT_EQ(nlohmann::json::parse(r.out).get<std::vector<int32_t>>(), special);
+
+  r = run_cli({"-m", qwen.string(), "--no-parse-special", "-p", text});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).get<std::vector<int32_t>>(), tok->encode(text));
+  EXPECT_NE(tok->encode(text), special);
+
+  r = run_cli({"-m", qwen.string(), "--parse-special", "--no-parse-special", "-p", text});
+  EXPECT_EQ(r.code, 2);
 }
 
 TEST(TokenizeCli, PiecesNoBosAndFileInput) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -26,6 +27,7 @@ struct HostTierOptions {
   bool resident = false;
   uint32_t max_prefetch = 8;             // reads ahead in flight at most; they never hold more than this many slots
   io::HostAllocator* allocator = nullptr;  // nullptr: posix_memalign
+  std::function<void(uint64_t bytes)> on_load;  // resident: the bytes of each batch of records read at creation
 };
 
 class HostTier final : public RecordTier {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,9 @@ struct ModelOptions {
   uint32_t n_batch = 512;                 // CPU: tokens per forward pass
   Backend backend = Backend::kCpu;
   GpuOptions gpu;
+  // Called from open's thread as the weights it reads at open arrive: bytes so far, and what open expects to read
+  // (an estimate on CUDA; done may stop short of it or pass it). nullptr: nothing reported.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 // Where the bytes came from and went, since open (or the last reset_stats()).
@@ -96,7 +100,7 @@ class Model {
 
  private:
   Model() = default;
-  Status open_ram_tier(io::HostAllocator* allocator);
+  Status open_ram_tier(io::HostAllocator* allocator, std::function<void(uint64_t)> on_load);
   Status open_row_tier();
 
   ModelOptions options_;

@@ -1,5 +1,5 @@
 // The RAM residency plan: which weights stay in RAM for the whole run and which stream from disk through a RAM
-// tier, from the model's shape and the RAM budget. Without a budget everything is resident.
+// tier, from the model's shape, the context and the RAM budget. Without a budget everything is resident.
 //
 //   no budget:      dense tensors in one arena; a MoE model's experts in a RAM tier with a slot per record, read at
 //                   open and never evicted.
@@ -10,10 +10,11 @@
 // A per-layer embedding table (gemma4 E2B's per_layer_token_embd: one row per token, every layer's slice) stays in
 // the arena where the budget holds it after the tier's slots; otherwise its rows stream from disk through a row
 // cache of at least kMinRowSlots rows, half of them warmed at open with the ids real text uses most.
-// Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers
-// weights and their caches (resident weights + slots), as CLI.md's --ram-budget says; the KV cache, a hybrid model's
-// recurrent state with its copies (engine/hybrid_sequence.h) and the work buffers come on top and are reported beside
-// it. A budget that cannot hold the resident weights plus the minimum slots is refused with the numbers.
+// Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers all
+// the plan counts: resident weights, the KV cache, a hybrid model's recurrent state with its copies
+// (engine/hybrid_sequence.h) and the work buffers where the backend keeps them in RAM (the CPU's; CUDA keeps them on
+// the GPU, whose plan counts them), the slots and the rows. A budget that cannot hold the fixed part plus the minimum
+// slots and rows is refused with the numbers; without a budget, a plan larger than the machine's RAM is.
 #pragma once
 
 #include <cstdint>
@@ -36,34 +37,51 @@ const char* residency_name(Residency r);
 
 struct WeightPlan {
   Residency mode = Residency::kAllResident;
+  uint32_t n_ctx = 0;
   uint64_t model_bytes = 0;     // all tensor bytes of the file
   uint64_t resident_bytes = 0;  // the arena of resident dense tensors
-  uint64_t kv_bytes = 0;        // the KV cache at the chosen context
+  uint64_t kv_bytes = 0;        // the KV cache at n_ctx (f16 keys and values)
   uint64_t state_bytes = 0;     // hybrid models: the recurrent state of a sequence with its copies for truncate()
-  uint64_t work_bytes = 0;      // activations and scratch (an estimate)
+  uint64_t work_bytes = 0;      // activations and scratch of a batch, the logits and the sampler's candidates
+  bool kv_in_ram = true;        // kv, state and work bytes are RAM (the CPU backend) and count against the budget
   uint64_t record_bytes = 0;    // one record of the tier (expert or layer image); 0 without a tier
   uint64_t slot_bytes = 0;      // a slot: record_bytes rounded up to 4 KiB
   uint32_t n_records = 0;       // records the tier serves
   uint32_t slots = 0;           // records the tier holds
   uint32_t min_slots = 0;       // the fewest slots that can run at all
-  uint64_t min_budget = 0;      // under a budget: the smallest one accepted (resident + minimum slots and rows)
   // The per-layer embedding table: in the arena (row_slots 0) or through a row cache of row_slots rows.
   uint64_t row_table_bytes = 0;  // 0: the model has none
   uint64_t row_bytes = 0;        // one token's row
   uint32_t row_slots = 0;
+  uint32_t min_row_slots = 0;    // under a budget, where the model has a table: the fewest rows its cache may have
+  uint64_t row_table_in_arena = 0;  // under a budget that holds the table: its share of resident_bytes
 
   bool records_resident() const { return slots > 0 && slots == n_records && mode == Residency::kAllResident; }
   bool rows_stream() const { return row_slots > 0; }
-  // What the budget covers.
-  uint64_t weight_bytes() const {
-    return resident_bytes + uint64_t(slots) * slot_bytes + uint64_t(row_slots) * row_bytes;
+  // What every budget must hold before slots and rows: resident weights, and in RAM the KV cache, the recurrent
+  // state and work buffers.
+  uint64_t fixed_bytes() const { return resident_bytes + (kv_in_ram ? kv_bytes + state_bytes + work_bytes : 0); }
+  uint64_t cache_bytes() const { return uint64_t(slots) * slot_bytes + uint64_t(row_slots) * row_bytes; }
+  uint64_t total_bytes() const { return fixed_bytes() + cache_bytes(); }  // what the budget covers
+  // The smallest budget accepted (the table then streams through the fewest rows).
+  uint64_t min_budget() const {
+    return fixed_bytes() - row_table_in_arena + uint64_t(min_slots) * slot_bytes + uint64_t(min_row_slots) * row_bytes;
   }
-  uint64_t total_bytes() const { return weight_bytes() + kv_bytes + state_bytes + work_bytes; }
   std::string describe() const;  // one line for logs
 };
 
-// budget: bytes of RAM for weights and their caches (--ram-budget); nullopt = unlimited.
-Result<WeightPlan> plan_weights(const ModelFiles& m, uint32_t n_ctx, std::optional<uint64_t> budget);
+struct RamPlanOptions {
+  uint32_t n_ctx = 4096;                // KV cache positions
+  uint32_t n_batch = 512;               // tokens per forward pass (the work buffers' rows)
+  std::optional<uint64_t> budget;       // bytes of RAM for all the plan counts (--ram-budget); nullopt = unlimited
+  bool kv_in_ram = true;                // the CPU backend; false for CUDA
+  std::optional<uint64_t> machine_ram;  // without a budget, a plan larger than this is refused; nullopt: unchecked
+};
+
+Result<WeightPlan> plan_weights(const ModelFiles& m, const RamPlanOptions& options);
+
+// This machine's RAM (sysinfo's total), what a run without --ram-budget must fit in; nullopt where unknown.
+std::optional<uint64_t> machine_ram_bytes();
 
 // The resident arena: where each tensor goes. Pieces of 256 KiB and more keep their file offset's 4 KiB phase (an
 // O_DIRECT read lands in place), smaller ones are packed at 64 bytes (read through the reader's bounce buffers).

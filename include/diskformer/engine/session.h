@@ -46,6 +46,7 @@ class Session {
   int32_t next_token(sampling::Sampler& sampler, std::span<const int32_t> history);
   uint32_t n_past() const;
   uint32_t n_ctx() const;
+  uint32_t n_vocab() const;  // logits per token
   void truncate(uint32_t n_keep);
   SessionStats stats();
   // Where the routers send tokens, recorded while set (CPU sessions; nullptr: not recorded). Not owned.

@@ -4,6 +4,7 @@
 // cut into pieces so that many reads are in flight.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -18,6 +19,9 @@ class TensorReader final : public model::TensorSource {
   // `map` must outlive the reader. Errors: one of the map's files cannot be opened.
   static Result<std::unique_ptr<TensorReader>> open(const store::RecordMap& map);
   Status read(std::span<const Piece> pieces) override;
+  // Called with the bytes of each group of reads as it completes (groups of about 64 MiB when set, so that a
+  // progress bar moves); nullptr: one batch per read().
+  void set_progress(std::function<void(uint64_t bytes)> f) { progress_ = std::move(f); }
   uint64_t bytes_read() const { return reader_->stats().bytes; }
 
  private:
@@ -25,6 +29,7 @@ class TensorReader final : public model::TensorSource {
   const store::RecordMap& map_;
   std::unique_ptr<io::Reader> reader_;
   std::vector<io::FileId> files_;  // the map's files, in its order
+  std::function<void(uint64_t)> progress_;
 };
 
 }  // namespace df::engine

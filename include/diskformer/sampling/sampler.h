@@ -1,5 +1,5 @@
-// Picks the next token from logits: greedy at temperature 0, otherwise llama.cpp's chain of repeat penalty,
-// top-k, top-p, min-p, temperature, then a seeded draw.
+// Picks the next token from logits: greedy at temperature 0, otherwise llama.cpp's chain of logit bias (banned
+// tokens), repeat penalty, top-k, top-p, min-p, temperature, then a seeded draw.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,9 @@ struct SamplingParams {
   float repeat_penalty = 1.0f;  // 1: off; divides positive (multiplies negative) logits of recent tokens
   int32_t repeat_last_n = 64;   // how many recent tokens the penalty looks at
   uint64_t seed = 0;
+  // Ids whose logit is -inf before anything else, so that no setting can choose them: llama.cpp's logit bias, which
+  // --ignore-eos sets for every end-of-generation token. Ids outside the vocabulary are ignored.
+  std::vector<int32_t> banned;
 };
 
 class Sampler {
@@ -25,7 +28,7 @@ class Sampler {
   // history: the tokens so far (prompt and generated), for the repeat penalty.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
   // The same choice as sample() when `top` holds the min(top_k, n_vocab) best candidates of the full logits after
-  // the repeat penalty, as (penalized logit, id) in any order (ties at the cut: the lower ids); at temperature 0 any
+  // the bans and the repeat penalty, as (penalized logit, id) in any order (ties at the cut: the lower ids); at temperature 0 any
   // set that contains the best one. Lets a backend do the work that scales with the vocabulary elsewhere (the GPU)
   // and draw here with the same random stream: equal seeds give equal tokens.
   int32_t sample_top_k(std::span<const std::pair<float, int32_t>> top);

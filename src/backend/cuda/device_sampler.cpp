@@ -38,23 +38,38 @@ int32_t DeviceSampler::sample(sampling::Sampler& sampler, const float* logits, i
     std::sort(recent_host_.begin(), recent_host_.end());
     recent_host_.erase(std::unique(recent_host_.begin(), recent_host_.end()), recent_host_.end());
   }
+  banned_host_.clear();
+  for (int32_t id : p.banned)
+    if (id >= 0 && int64_t(id) < n_vocab) banned_host_.push_back(id);
+  const bool adjusted = !recent_host_.empty() || !banned_host_.empty();
   const float* x = logits;
-  if (!recent_host_.empty()) {
+  if (adjusted) {
     grow(work_, uint64_t(n_vocab) * sizeof(float));
-    grow(recent_, recent_host_.size() * sizeof(int32_t));
-    DF_CUDA_CHECK(cudaMemcpyAsync(recent_.data(), recent_host_.data(), recent_host_.size() * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, stream));
+    if (!recent_host_.empty()) {
+      grow(recent_, recent_host_.size() * sizeof(int32_t));
+      DF_CUDA_CHECK(cudaMemcpyAsync(recent_.data(), recent_host_.data(), recent_host_.size() * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, stream));
+    }
+    // Copies the row (penalized where recent_host_ names ids); the bans then apply to the copy, as the CPU sampler
+    // sets them before its penalty (-inf stays -inf under it).
     repeat_penalty({.x = logits, .out = work_.as<float>(), .ids = recent_.as<int32_t>(), .n = n_vocab,
                     .n_ids = int64_t(recent_host_.size()), .penalty = p.repeat_penalty, .stream = stream});
+    if (!banned_host_.empty()) {
+      grow(banned_, banned_host_.size() * sizeof(int32_t));
+      DF_CUDA_CHECK(cudaMemcpyAsync(banned_.data(), banned_host_.data(), banned_host_.size() * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, stream));
+      ban_tokens({.x = work_.as<float>(), .ids = banned_.as<int32_t>(), .n = n_vocab,
+                  .n_ids = int64_t(banned_host_.size()), .stream = stream});
+    }
     x = work_.as<float>();
   }
 
-  if (greedy && recent_host_.empty()) {
+  if (greedy && !adjusted) {
     grow(top_i_, sizeof(int32_t));
     argmax({.x = x, .n_rows = 1, .n = n_vocab, .out = top_i_.as<int32_t>(), .stream = stream});
     int32_t id = 0;
     DF_CUDA_CHECK(cudaMemcpyAsync(&id, top_i_.data(), sizeof id, cudaMemcpyDeviceToHost, stream));
-    DF_CUDA_CHECK(cudaStreamSynchronize(stream));  // also: recent_host_ has been read by the upload above
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream));
     return id;
   }
 

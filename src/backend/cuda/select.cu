@@ -17,6 +17,11 @@ __global__ void repeat_penalty_kernel(const float* __restrict__ x, float* __rest
   out[id] = l > 0.0f ? __fdiv_rn(l, penalty) : __fmul_rn(l, penalty);
 }
 
+__global__ void ban_kernel(float* __restrict__ x, const int32_t* __restrict__ ids, int64_t n_ids) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n_ids) x[ids[i]] = -INFINITY;
+}
+
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 
@@ -117,6 +122,15 @@ void repeat_penalty(const RepeatPenaltyArgs& a) {
   const int threads = 256;
   repeat_penalty_kernel<<<unsigned((a.n_ids + threads - 1) / threads), threads, 0, a.stream>>>(a.x, a.out, a.ids,
                                                                                                a.n_ids, a.penalty);
+  DF_CUDA_CHECK_LAUNCH();
+}
+
+void ban_tokens(const BanArgs& a) {
+  DF_CHECK(a.x != nullptr && a.n > 0 && a.n_ids >= 0);
+  if (a.n_ids == 0) return;
+  DF_CHECK(a.ids != nullptr);
+  const int threads = 256;
+  ban_kernel<<<unsigned((a.n_ids + threads - 1) / threads), threads, 0, a.stream>>>(a.x, a.ids, a.n_ids);
   DF_CUDA_CHECK_LAUNCH();
 }
 

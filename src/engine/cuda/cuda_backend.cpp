@@ -25,11 +25,18 @@ namespace {
 // kernels, cuBLAS and the streaming buffers already.
 constexpr uint64_t kSessionReserve = 16ull << 20;
 
+// Without a budget everything is resident, the KV cache of n_ctx positions included: a plan larger than the device
+// is refused with its items (a default CUDA run then falls back to the CPU) before any allocation fails.
 Result<cuda::GpuPlan> plan(const ModelFiles& f, uint32_t n_ctx, const GpuOptions& o) {
   DF_CUDA_CHECK(cudaFree(nullptr));  // creates the context, so that it is counted
-  return cuda::plan_gpu(f.spec, f.tensors, f.layouts,
-                        {.budget = o.budget, .n_ctx = n_ctx, .max_batch = o.max_batch,
-                         .context_bytes = cuda::device_memory_used()});
+  DF_ASSIGN(cuda::GpuPlan p, cuda::plan_gpu(f.spec, f.tensors, f.layouts,
+                                            {.budget = o.budget, .n_ctx = n_ctx, .max_batch = o.max_batch,
+                                             .context_bytes = cuda::device_memory_used()}));
+  const uint64_t device = cuda::query_devices().total_bytes;
+  if (!o.budget && device && p.total_bytes() > device)
+    return Error{"the GPU's " + format_size(device) + " cannot hold this model at -c " + std::to_string(n_ctx) + ": " +
+                 p.describe() + "; --gpu-budget streams its experts, and a smaller -c needs a smaller KV cache"};
+  return p;
 }
 
 class CudaBackend;
@@ -46,6 +53,7 @@ class CudaSequence final : public Sequence {
   int32_t next_token(sampling::Sampler& sampler, std::span<const int32_t> history) override;
   uint32_t n_past() const override { return s_->n_past(); }
   uint32_t n_ctx() const override { return s_->n_ctx(); }
+  uint32_t n_vocab() const override;
   void truncate(uint32_t n_keep) override { s_->truncate(n_keep); }
   SessionStats stats() override;
 
@@ -182,6 +190,8 @@ class CudaBackend final : public BackendModel {
 int32_t CudaSequence::next_token(sampling::Sampler& sampler, std::span<const int32_t> history) {
   return sampler_.sample(sampler, s_->last_logits_device(), int64_t(b_.n_vocab()), s_->stream(), history);
 }
+
+uint32_t CudaSequence::n_vocab() const { return b_.n_vocab(); }
 
 SessionStats CudaSequence::stats() {
   sample_memory();

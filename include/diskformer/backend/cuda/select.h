@@ -20,6 +20,16 @@ struct RepeatPenaltyArgs {
 };
 void repeat_penalty(const RepeatPenaltyArgs& a);
 
+// x[ids[i]] = -inf in place: the CPU sampler's banned tokens (llama.cpp's logit bias for --ignore-eos), so that
+// neither argmax nor top-k can choose them. ids are each < n; repeats are harmless.
+struct BanArgs {
+  float* x = nullptr;            // [n]
+  const int32_t* ids = nullptr;  // [n_ids] (device)
+  int64_t n = 0, n_ids = 0;
+  cudaStream_t stream = nullptr;
+};
+void ban_tokens(const BanArgs& a);
+
 // The k best entries of x [n] under (higher value, then lower index) — the set the CPU sampler's partial_sort keeps,
 // ties at the cut resolved toward the lower index — written as (value, index) pairs in no particular order.
 // -0.0 ranks equal to +0.0 (as float comparison has it); NaN ranks below every number. One block of 1024 threads:

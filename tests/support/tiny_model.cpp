@@ -1,11 +1,14 @@
-#include "engine/tiny_model.h"
+#include "support/tiny_model.h"
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "diskformer/backend/cpu/numeric.h"
+#include "diskformer/gguf/reader.h"
 #include "diskformer/gguf/writer.h"
+#include "diskformer/model/arch_metadata.h"
 
 namespace df::test {
 
@@ -66,7 +69,14 @@ std::vector<uint8_t> random_bytes(const Planned& t, std::mt19937_64& rng) {
 
 }  // namespace
 
-Status write_tiny_model(const std::string& path, const TinyModel& m) {
+Status write_tiny_model(const std::string& path, const TinyModel& model) {
+  TinyModel m = model;
+  std::optional<gguf::File> vocab;
+  if (!m.tokenizer_from.empty()) {
+    DF_ASSIGN(vocab, gguf::read_file(m.tokenizer_from));
+    DF_ASSIGN(const gguf::Array* tokens, vocab->get_array("tokenizer.ggml.tokens"));
+    m.n_vocab = uint32_t(tokens->items.size());
+  }
   DF_ASSIGN(auto w, gguf::Writer::create(path));
   const std::string a = m.arch + ".";
   w.set("general.architecture", gguf::Value::string(m.arch));
@@ -85,6 +95,10 @@ Status write_tiny_model(const std::string& path, const TinyModel& m) {
     w.set(a + "expert_count", gguf::Value::u32(m.n_expert));
     w.set(a + "expert_used_count", gguf::Value::u32(m.n_expert_used));
     w.set(a + "expert_feed_forward_length", gguf::Value::u32(m.n_ff_expert));
+  }
+  if (vocab) {
+    model::copy_tokenizer_metadata(w, *vocab);
+    if (m.eos_id >= 0) w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(uint32_t(m.eos_id)));
   }
   const uint64_t E = m.n_embd, V = m.n_vocab, Q = uint64_t(m.n_head) * m.head_dim, KV = uint64_t(m.n_head_kv) * m.head_dim;
   std::vector<Planned> plan;
