@@ -32,6 +32,9 @@ class BackendModel {
   virtual std::string describe() const = 0;  // where the weights are, one line
   virtual uint64_t bytes_read_at_open() const = 0;
   virtual void add_stats(ModelStats& s) {}   // the backend's tiers
+  // One decode step of several of its sequences (batch.h): tokens[i] appended to seqs[i], each sequence's logits
+  // then its own row. The default steps them one after another; a backend with a multi-sequence forward overrides it.
+  virtual Status decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens);
   virtual void reset_stats() {}
 };
 

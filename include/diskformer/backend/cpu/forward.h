@@ -63,6 +63,11 @@ class Forward {
   // the last token (all_logits: of every token, [n][n_vocab]) in logits(). Errors: context overflow, a token id out
   // of the vocabulary, a failed read of a streamed record.
   Status run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits = false);
+  // One decode step of several sequences (forward_many.cpp): tokens[i] at position kvs[i]->n_past of its own cache,
+  // the logits of every row in logits() ([n][n_vocab]). Every product takes its one-row order, so row i equals what
+  // run() computes for tokens[i] on kvs[i] alone, while each routed expert is loaded and multiplied once for all the
+  // rows routed to it. The caches must be distinct. Errors as run()'s; no cache advances on an error.
+  Status run_many(std::span<const int32_t> tokens, std::span<KvCache* const> kvs);
   const std::vector<float>& logits() const { return b_.logits; }
   const ForwardStats& stats() const { return stats_; }
   // Where the routers send tokens, recorded while set (nullptr: not recorded). Not owned.
@@ -70,10 +75,14 @@ class Forward {
 
  private:
   Status attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv);
+  // Row t of the batch attends over kvs[t] alone (run_many).
+  void attention_many(const model::LayerWeights& lw, uint32_t il, std::span<KvCache* const> kvs);
   void dense_ffn(const model::LayerWeights& lw, int64_t n);
   Status moe_ffn(const model::LayerWeights& lw, uint32_t il, int64_t n);
   // The next layer's experts as its router would pick them from the current residual (decode, streamed experts).
   void guess_experts(uint32_t next);
+  // The same for the n rows of a decode step of several sequences: the union of their guesses.
+  void guess_experts_many(uint32_t next, int64_t n);
   // A product of the batch in llama.cpp's order for it (one_row_: in its one-row orders).
   void matmul(const model::Mat& w, const float* x, int64_t n, float* y);
 
