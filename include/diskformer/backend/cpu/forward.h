@@ -55,6 +55,12 @@ struct ForwardStats {
 
 class Forward {
  public:
+  // llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not
+  // reproduced here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal
+  // its batched results wherever the two agree (the gold files' stable cases). So a batch of one token and a batch
+  // of this many or more compute each position in the same one-row orders (engine/prefix_reuse.h relies on it).
+  static constexpr int64_t kTiledAttentionRows = 64;
+
   // spec and weights must outlive the forward.
   Forward(const model::ModelSpec& spec, const ForwardWeights& weights, Context& ctx)
       : s_(spec), w_(weights), ctx_(ctx) {}
@@ -95,10 +101,6 @@ class Forward {
   cache::Pins layer_pin_;  // the streamed dense layer being computed
   std::vector<int32_t> guess_;  // the next layer's guessed experts (empty: none)
   model::MoeSchedule schedule_;
-  // llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not
-  // reproduced here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal
-  // its batched results wherever the two agree (the gold files' stable cases).
-  static constexpr int64_t kTiledAttentionRows = 64;
   bool one_row_ = false;
 };
 
