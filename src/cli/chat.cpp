@@ -16,15 +16,6 @@
 
 namespace df::cli {
 
-namespace {
-
-// Used where the GGUF has no tokenizer.chat_template (llama.cpp falls back to ChatML too).
-constexpr const char* kChatMl =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-    "'\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-}  // namespace
-
 int cmd_chat(int argc, char** argv) {
   Args args("chat", "-m MODEL|--store DIR [--system TEXT] [-n N] [--temp T] [--backend cpu|cuda] [--ram-budget SIZE] [...]");
   add_model_options(args);
@@ -53,7 +44,7 @@ int cmd_chat(int argc, char** argv) {
   std::string source = model->file().get_string_or("tokenizer.chat_template", "");
   if (source.empty()) {
     if (!quiet) std::fprintf(stderr, "diskformer chat: %s has no tokenizer.chat_template; using ChatML\n", path->c_str());
-    source = kChatMl;
+    source = chat::chatml_template();
   }
   auto tpl = chat::Template::parse(source, *path + ":tokenizer.chat_template");
   if (!tpl.ok()) {
