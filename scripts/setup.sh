@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev liburing-dev libpcre2-dev libcurl4-openssl-dev
+  nlohmann-json3-dev liburing-dev libpcre2-dev libcurl4-openssl-dev libcpp-httplib-dev
   nginx-light clang libclang-rt-14-dev
 )
 missing=()
