@@ -108,6 +108,10 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "diskformer serve: %s\n", server.error().message.c_str());
     return 1;
   }
+  const bool loopback = so.host == "127.0.0.1" || so.host == "localhost" || so.host == "::1";
+  if (!loopback && so.api_key.empty())
+    std::fprintf(stderr, "diskformer serve: warning: %s is reachable from other machines and no --api-key is set\n",
+                 so.host.c_str());
   const std::string shown = so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host;
   std::fprintf(stderr, "diskformer serve: listening on http://%s:%d (model %s, %u slot%s of %u tokens%s)\n",
                shown.c_str(), (*server)->port(), so.model_name.c_str(), so.slots, so.slots == 1 ? "" : "s",
