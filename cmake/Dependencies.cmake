@@ -17,3 +17,7 @@ endif()
 # tokenizer/: pre-tokenizer regexes with Unicode categories (UTF + UCP).
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 target_link_libraries(df_deps INTERFACE PkgConfig::PCRE2)
+
+# server/: the HTTP server (Debian's cpp-httplib, built as a shared library; its pkg-config flags select the same
+# configuration the library was compiled with, which its header's class layouts depend on).
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)

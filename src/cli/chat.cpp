@@ -22,11 +22,6 @@ namespace df::cli {
 
 namespace {
 
-// Used where the GGUF has no tokenizer.chat_template (llama.cpp falls back to ChatML too).
-constexpr const char* kChatMl =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-    "'\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
@@ -170,7 +165,7 @@ int cmd_chat(int argc, char** argv) {
   std::string source = model->file().get_string_or("tokenizer.chat_template", "");
   if (source.empty()) {
     if (!quiet) std::fprintf(stderr, "diskformer chat: %s has no tokenizer.chat_template; using ChatML\n", path->c_str());
-    source = kChatMl;
+    source = chat::chatml_template();
   }
   auto tpl = chat::Template::parse(source, *path + ":tokenizer.chat_template");
   if (!tpl.ok()) {

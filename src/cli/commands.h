@@ -15,5 +15,6 @@ int cmd_run(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace df::cli

@@ -26,6 +26,7 @@ constexpr Command kCommands[] = {
     {"bench", df::cli::cmd_bench, "prefill and decode throughput, bytes moved against memory bandwidth"},
     {"routing", df::cli::cmd_routing, "how a MoE model routes a text: expert use per layer, reuse between tokens"},
     {"chat", df::cli::cmd_chat, "interactive chat with the model's chat template, replies streamed"},
+    {"serve", df::cli::cmd_serve, "OpenAI-compatible HTTP server with a chat page, several conversations at once"},
 };
 
 constexpr const char* kVersion = "0.1.0";

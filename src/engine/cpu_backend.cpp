@@ -2,7 +2,9 @@
 // into it and into the model's RAM tier, and sequences that each hold a KV cache (hybrid models' sequences also
 // their recurrent state: engine/hybrid_sequence.h).
 #include <algorithm>
+#include <memory>
 #include <new>
+#include <vector>
 
 #include "diskformer/backend/cpu/forward.h"
 #include "diskformer/io/buffer.h"
@@ -66,6 +68,7 @@ class CpuBackend final : public BackendModel {
   }
 
   Result<std::unique_ptr<Sequence>> new_sequence() override;
+  Status decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens) override;
   std::string describe() const override { return ""; }
   uint64_t bytes_read_at_open() const override { return bytes_read_; }
 
@@ -73,6 +76,7 @@ class CpuBackend final : public BackendModel {
   io::AlignedBuffer arena_;
   cpu::ForwardWeights w_;
   uint64_t bytes_read_ = 0;
+  std::unique_ptr<cpu::Forward> many_;  // the multi-sequence decode step's activations, made on first use
 };
 
 class CpuSequence final : public Sequence {
@@ -107,6 +111,14 @@ class CpuSequence final : public Sequence {
   SessionStats stats() override { return {.backend = "cpu"}; }
   void set_routing_stats(model::RoutingStats* r) override { forward_->set_routing_stats(r); }
 
+  // After a step of several sequences: this sequence's row of it.
+  void set_logits(std::span<const float> row) {
+    all_logits_.assign(row.begin(), row.end());
+    rows_all_ = true;
+  }
+  cpu::KvCache& kv() { return kv_; }
+  const CpuBackend* owner() const { return &b_; }
+
  private:
   CpuBackend& b_;
   cpu::KvCache kv_;
@@ -125,6 +137,26 @@ Result<std::unique_ptr<Sequence>> CpuBackend::new_sequence() {
     return Error{"cannot allocate the KV cache of " + format_size(m_.plan().kv_bytes) + " for a context of " +
                  std::to_string(m_.n_ctx()) + " positions (-c)"};
   }
+}
+
+Status CpuBackend::decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens) {
+  // The multi-sequence pass is cpu::Forward's (llama, qwen3, qwen3moe); the other families step one by one.
+  const model::Family family = m_.spec().family;
+  if (family == model::Family::kGemma4 || family == model::Family::kQwen35Moe)
+    return BackendModel::decode_batch(seqs, tokens);
+  std::vector<CpuSequence*> cs;
+  std::vector<cpu::KvCache*> kvs;
+  for (Sequence* s : seqs) {
+    auto* c = dynamic_cast<CpuSequence*>(s);
+    DF_CHECK(c != nullptr && c->owner() == this);
+    cs.push_back(c);
+    kvs.push_back(&c->kv());
+  }
+  if (!many_) many_ = std::make_unique<cpu::Forward>(m_.spec(), w_, m_.context());
+  DF_TRY(many_->run_many(tokens, kvs));
+  const size_t V = m_.spec().n_vocab;
+  for (size_t i = 0; i < cs.size(); ++i) cs[i]->set_logits(std::span<const float>(many_->logits()).subspan(i * V, V));
+  return {};
 }
 
 }  // namespace

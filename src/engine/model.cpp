@@ -54,6 +54,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   const bool cpu = o.backend == Backend::kCpu;
   DF_ASSIGN(m->plan_, plan_weights(*m->files_, {.n_ctx = m->n_ctx_,
                                                 .n_batch = o.n_batch,
+                                                .sessions = o.sessions,
                                                 .budget = o.ram_budget,
                                                 .kv_in_ram = cpu,
                                                 .machine_ram = cpu ? machine_ram_bytes() : std::nullopt}));
@@ -67,7 +68,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   bool gpu_streams = false;
   io::HostAllocator* allocator = nullptr;
   if (o.backend == Backend::kCuda) {
-    DF_ASSIGN(gpu_streams, cuda_streams_experts(*m->files_, m->n_ctx_, o.gpu));
+    DF_ASSIGN(gpu_streams, cuda_streams_experts(*m->files_, m->n_ctx_, o.sessions, o.gpu));
     ram_tier = ram_tier && gpu_streams;
     allocator = cuda_host_allocator();
   }

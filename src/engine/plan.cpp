@@ -45,6 +45,9 @@ uint64_t work_estimate(const model::ModelSpec& s, uint32_t n_ctx, uint32_t n_bat
   return 4 * n * per_token + activations + uint64_t(s.n_vocab) * (4 + 8);
 }
 
+// " x 4 sequences" where the plan holds more than one.
+std::string sessions_text(uint32_t n) { return n > 1 ? " x " + std::to_string(n) + " sequences" : std::string(); }
+
 uint64_t place_piece(uint64_t at, uint64_t file_offset, uint64_t length) {
   constexpr uint64_t kBig = 256 << 10, kPack = 64;
   if (length >= kBig) return (at + kPage - 1) / kPage * kPage + file_offset % kPage;
@@ -90,7 +93,7 @@ std::string WeightPlan::describe() const {
                              format_size(row_bytes)
                        : ", per-layer embedding table resident (" + format_size(row_table_bytes) + ")";
   }
-  s += ", KV cache " + format_size(kv_bytes) + " at " + std::to_string(n_ctx) + " positions";
+  s += ", KV cache " + format_size(kv_bytes) + " at " + std::to_string(n_ctx) + " positions" + sessions_text(sessions);
   if (state_bytes) s += ", recurrent state " + format_size(state_bytes);
   s += ", work " + format_size(work_bytes);
   if (!kv_in_ram) s += " (on the GPU)";
@@ -105,7 +108,7 @@ std::string bytes_text(uint64_t n) { return format_size(n) + " (" + std::to_stri
 std::string fixed_text(const WeightPlan& p) {
   std::string s = "resident weights " + format_size(p.resident_bytes);
   if (p.kv_in_ram) {
-    s += " + KV cache " + format_size(p.kv_bytes) + " at " + std::to_string(p.n_ctx) + " positions";
+    s += " + KV cache " + format_size(p.kv_bytes) + " at " + std::to_string(p.n_ctx) + " positions" + sessions_text(p.sessions);
     if (p.state_bytes) s += " + recurrent state " + format_size(p.state_bytes);
     s += " + work buffers " + format_size(p.work_bytes);
   }
@@ -124,9 +127,10 @@ Result<WeightPlan> plan_weights(const ModelFiles& m, const RamPlanOptions& o) {
   WeightPlan p;
   p.n_ctx = o.n_ctx;
   p.model_bytes = m.tensor_bytes;
-  p.kv_bytes = cpu::KvCache::bytes_for(spec, o.n_ctx);
-  p.state_bytes = spec.n_recurrent() ? hybrid_state_bytes(spec) : 0;
-  p.work_bytes = work_estimate(spec, o.n_ctx, o.n_batch);
+  p.sessions = std::max<uint32_t>(1, o.sessions);
+  p.kv_bytes = cpu::KvCache::bytes_for(spec, o.n_ctx) * p.sessions;
+  p.state_bytes = (spec.n_recurrent() ? hybrid_state_bytes(spec) : 0) * p.sessions;
+  p.work_bytes = work_estimate(spec, o.n_ctx, o.n_batch) * p.sessions;
   p.kv_in_ram = o.kv_in_ram;
   const bool moe = spec.moe();
   const uint64_t expert_records = moe ? uint64_t(spec.n_layer) * spec.n_expert : 0;

@@ -33,6 +33,9 @@ class BackendModel {
   virtual std::string describe() const = 0;  // where the weights are, one line
   virtual uint64_t bytes_read_at_open() const = 0;
   virtual void add_stats(ModelStats& s) {}   // the backend's tiers
+  // One decode step of several of its sequences (batch.h): tokens[i] appended to seqs[i], each sequence's logits
+  // then its own row. The default steps them one after another; a backend with a multi-sequence forward overrides it.
+  virtual Status decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens);
   virtual void reset_stats() {}
 };
 
@@ -42,7 +45,8 @@ Result<std::unique_ptr<BackendModel>> open_cpu_backend(Model& model, model::Tens
 Result<std::unique_ptr<BackendModel>> open_cuda_backend(Model& model, model::TensorSource& source);
 // Before the RAM tier is made: whether a CUDA run of this model streams its experts through the GPU (so the RAM
 // tier must hold them), and the host memory the RAM tier takes (pinned: copies to the GPU run as DMA).
-Result<bool> cuda_streams_experts(const ModelFiles& files, uint32_t n_ctx, const GpuOptions& options);
+Result<bool> cuda_streams_experts(const ModelFiles& files, uint32_t n_ctx, uint32_t sessions,
+                                  const GpuOptions& options);
 io::HostAllocator* cuda_host_allocator();
 
 }  // namespace df::engine

@@ -22,7 +22,7 @@ TEST(Cli, TopLevelHelpListsVersion) {
 
 TEST(Cli, UsageLinesNameTheCommandOnce) {
   for (const char* command : {"inspect", "synth", "ingest", "measure", "tokenize", "render-template", "run", "convert",
-                              "bench", "routing", "chat"}) {
+                              "bench", "routing", "chat", "serve"}) {
     const CliRun r = run_cli_capture(std::string(command) + " --help");
     EXPECT_EQ(r.status, 0) << command;
     const std::string usage = r.out.substr(0, r.out.find('\n'));

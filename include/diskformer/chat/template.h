@@ -54,6 +54,9 @@ struct ChatInput {
   bool add_generation_prompt = true;
 };
 
+// The template used where a model has no tokenizer.chat_template: ChatML, as llama.cpp falls back to it.
+std::string_view chatml_template();
+
 // Renders as transformers' apply_chat_template does: messages, tools (None unless given), bos/eos tokens,
 // add_generation_prompt, then the extra variables.
 Result<std::string> render_chat(const Template& tpl, const ChatInput& input, const RenderOptions& options = {});

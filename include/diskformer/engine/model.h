@@ -47,6 +47,9 @@ struct ModelOptions {
   std::optional<uint64_t> ram_budget;     // nullopt: every weight resident in RAM
   const cpu::Kernels* kernels = nullptr;  // nullptr: the best this CPU runs
   uint32_t n_batch = 512;                 // CPU: tokens per forward pass
+  // Sessions open at once (the server's --parallel): the RAM and GPU plans count a KV cache (and a hybrid model's
+  // recurrent state) and work buffers for each.
+  uint32_t sessions = 1;
   Backend backend = Backend::kCpu;
   GpuOptions gpu;
   // Called from open's thread as the weights it reads at open arrive: bytes so far, and what open expects to read

@@ -38,6 +38,7 @@ const char* residency_name(Residency r);
 struct WeightPlan {
   Residency mode = Residency::kAllResident;
   uint32_t n_ctx = 0;
+  uint32_t sessions = 1;        // the KV, state and work bytes below are those of this many sequences
   uint64_t model_bytes = 0;     // all tensor bytes of the file
   uint64_t resident_bytes = 0;  // the arena of resident dense tensors
   uint64_t kv_bytes = 0;        // the KV cache at n_ctx (f16 keys and values)
@@ -73,6 +74,7 @@ struct WeightPlan {
 struct RamPlanOptions {
   uint32_t n_ctx = 4096;                // KV cache positions
   uint32_t n_batch = 512;               // tokens per forward pass (the work buffers' rows)
+  uint32_t sessions = 1;                // sequences open at once: each has its KV cache, state and work buffers
   std::optional<uint64_t> budget;       // bytes of RAM for all the plan counts (--ram-budget); nullopt = unlimited
   bool kv_in_ram = true;                // the CPU backend; false for CUDA
   std::optional<uint64_t> machine_ram;  // without a budget, a plan larger than this is refused; nullopt: unchecked

@@ -26,6 +26,9 @@ struct SessionStats {
 };
 
 class Sequence;  // a backend's sequence (engine/sequence.h)
+class Session;
+// One decode step of several sessions together (batch.h).
+Status decode_batch(Model& model, std::span<Session* const> sessions, std::span<const int32_t> tokens);
 
 class Session {
  public:
@@ -53,6 +56,7 @@ class Session {
   void set_routing_stats(model::RoutingStats* r);
 
  private:
+  friend Status decode_batch(Model& model, std::span<Session* const> sessions, std::span<const int32_t> tokens);
   explicit Session(std::unique_ptr<Sequence> s);
   std::unique_ptr<Sequence> seq_;
 };

@@ -77,8 +77,9 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   if (spec.moe()) p.record_bytes = cache::plane_slot_bytes(expert_planes(layouts));
   // A resident run's session; a streaming one adds its buffers for the tier's groups (counted below when it streams).
   const BufferTable buffers = session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch});
-  r.kv_cache = buffers[Buf::k_cache] + buffers[Buf::v_cache];
-  r.work = buffers.total() - r.kv_cache;
+  const uint64_t kv_one = buffers[Buf::k_cache] + buffers[Buf::v_cache];
+  r.kv_cache = kv_one * o.sessions;
+  r.work = (buffers.total() - kv_one) * o.sessions;
   r.margin = kGpuMarginBytes;
   const uint64_t records = spec.moe() ? uint64_t(spec.n_layer) * spec.n_expert : 0;
   if (records > (1u << 31))
@@ -98,8 +99,9 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
     return Error{"GPU budget " + bytes_text(budget) + " cannot hold this dense model, and dense models do not stream " +
                  "on the GPU: it needs " + bytes_text(p.total_bytes()) + " = " + itemize(p)};
   // A streaming session's buffers include those of the expert groups.
-  r.work = session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .streams_experts = true}).total() -
-           r.kv_cache;
+  r.work = (session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .streams_experts = true}).total() -
+            kv_one) *
+           o.sessions;
   const uint64_t need = r.total() + uint64_t(p.min_slots) * p.record_bytes;
   if (budget < need)
     return Error{"GPU budget " + bytes_text(budget) + " is too small for this model: resident " +

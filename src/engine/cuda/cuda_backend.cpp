@@ -27,11 +27,11 @@ constexpr uint64_t kSessionReserve = 16ull << 20;
 
 // Without a budget everything is resident, the KV cache of n_ctx positions included: a plan larger than the device
 // is refused with its items (a default CUDA run then falls back to the CPU) before any allocation fails.
-Result<cuda::GpuPlan> plan(const ModelFiles& f, uint32_t n_ctx, const GpuOptions& o) {
+Result<cuda::GpuPlan> plan(const ModelFiles& f, uint32_t n_ctx, uint32_t sessions, const GpuOptions& o) {
   DF_CUDA_CHECK(cudaFree(nullptr));  // creates the context, so that it is counted
   DF_ASSIGN(cuda::GpuPlan p, cuda::plan_gpu(f.spec, f.tensors, f.layouts,
                                             {.budget = o.budget, .n_ctx = n_ctx, .max_batch = o.max_batch,
-                                             .context_bytes = cuda::device_memory_used()}));
+                                             .sessions = sessions, .context_bytes = cuda::device_memory_used()}));
   const uint64_t device = cuda::query_devices().total_bytes;
   if (!o.budget && device && p.total_bytes() > device)
     return Error{"the GPU's " + format_size(device) + " cannot hold this model at -c " + std::to_string(n_ctx) + ": " +
@@ -80,7 +80,7 @@ class CudaBackend final : public BackendModel {
     const auto dev = cuda::query_devices();
     if (dev.count == 0) return Error{"--backend cuda: no CUDA device (" + dev.why_none + ")"};
     device_name_ = dev.name;
-    DF_ASSIGN(plan_, plan(f, m_.n_ctx(), o));
+    DF_ASSIGN(plan_, plan(f, m_.n_ctx(), m_.options().sessions, o));
     const bool stream = plan_.stream_experts || (o.slots && f.spec.moe());
     DF_ASSIGN(weights_, cuda::GpuWeights::upload(f.spec, f.tensors, source,
                                                  {.experts = !stream, .token_embd_on_host = plan_.token_embd_on_host}));
@@ -204,12 +204,13 @@ SessionStats CudaSequence::stats() {
 
 }  // namespace
 
-Result<bool> cuda_streams_experts(const ModelFiles& files, uint32_t n_ctx, const GpuOptions& options) {
+Result<bool> cuda_streams_experts(const ModelFiles& files, uint32_t n_ctx, uint32_t sessions,
+                                  const GpuOptions& options) {
   if (!files.spec.moe()) return false;
   if (options.slots) return true;
   const auto dev = cuda::query_devices();
   if (dev.count == 0) return Error{"--backend cuda: no CUDA device (" + dev.why_none + ")"};
-  DF_ASSIGN(const cuda::GpuPlan p, plan(files, n_ctx, options));
+  DF_ASSIGN(const cuda::GpuPlan p, plan(files, n_ctx, sessions, options));
   return p.stream_experts;
 }
 

@@ -55,6 +55,12 @@ struct ForwardStats {
   uint64_t expert_uses = 0;  // (token, expert) pairs routed
 };
 
+// llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not reproduced
+// here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal its batched
+// results wherever the two agree (the gold files' stable cases). So a batch of one token and a batch of this many or
+// more compute each position in the same one-row orders (engine/prefix_reuse.h relies on it). Every CPU forward.
+constexpr int64_t kTiledAttentionRows = 64;
+
 // A family's forward pass, as the engine drives it: Forward (llama, qwen3, qwen3moe) or Gemma4Forward.
 class ForwardPass {
  public:
@@ -79,16 +85,25 @@ class Forward final : public ForwardPass {
       : s_(spec), w_(weights), ctx_(ctx), moe_(spec) {}
 
   Status run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits = false) override;
+  // One decode step of several sequences (forward_many.cpp): tokens[i] at position kvs[i]->n_past of its own cache,
+  // the logits of every row in logits() ([n][n_vocab]). Every product takes its one-row order, so row i equals what
+  // run() computes for tokens[i] on kvs[i] alone, while each routed expert is loaded and multiplied once for all the
+  // rows routed to it. The caches must be distinct. Errors as run()'s; no cache advances on an error.
+  Status run_many(std::span<const int32_t> tokens, std::span<KvCache* const> kvs);
   const std::vector<float>& logits() const override { return b_.logits; }
   const ForwardStats& stats() const override { return stats_; }
   void set_routing_stats(model::RoutingStats* r) override { routing_ = r; }
 
  private:
   Status attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv);
+  // Row t of the batch attends over kvs[t] alone (run_many).
+  void attention_many(const model::LayerWeights& lw, uint32_t il, std::span<KvCache* const> kvs);
   void dense_ffn(const model::LayerWeights& lw, int64_t n);
   Status moe_ffn(const model::LayerWeights& lw, uint32_t il, int64_t n);
   // The next layer's experts as its router would pick them from the current residual (decode, streamed experts).
   void guess_experts(uint32_t next);
+  // The same for the n rows of a decode step of several sequences: the union of their guesses.
+  void guess_experts_many(uint32_t next, int64_t n);
   // A product of the batch in llama.cpp's order for it (one_row_: in its one-row orders).
   void matmul(const model::Mat& w, const float* x, int64_t n, float* y);
 
@@ -101,10 +116,6 @@ class Forward final : public ForwardPass {
   cache::Pins layer_pin_;  // the streamed dense layer being computed
   std::vector<int32_t> guess_;  // the next layer's guessed experts (empty: none)
   MoeLayer moe_;  // MoE layers' routing and experts
-  // llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not
-  // reproduced here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal
-  // its batched results wherever the two agree (the gold files' stable cases).
-  static constexpr int64_t kTiledAttentionRows = 64;
   bool one_row_ = false;
 };
 

@@ -82,7 +82,6 @@ class Gemma4Forward final : public ForwardPass {
   Routing route_;               // the current MoE layer's choice
   // As Forward: batches of 64 or more tokens take llama.cpp's one-token orders throughout (its tiled attention for
   // such batches is not reproduced).
-  static constexpr int64_t kTiledAttentionRows = 64;
   bool one_row_ = false;
 };
 

@@ -97,7 +97,6 @@ class HybridForward {
   model::RoutingStats* routing_ = nullptr;
   std::vector<uint32_t> slot_;   // [n_layer]: a recurrent layer's index among the recurrent layers
   std::vector<int32_t> guess_;   // the next layer's guessed experts (empty: none)
-  static constexpr int64_t kTiledAttentionRows = 64;  // see cpu::Forward
   bool one_row_ = false;
 };
 

@@ -45,6 +45,7 @@ struct GpuPlanOptions {
   std::optional<uint64_t> budget;  // bytes of GPU memory, context included; nullopt = everything resident
   uint32_t n_ctx = 4096;           // KV cache positions
   uint32_t max_batch = 512;        // tokens per forward pass
+  uint32_t sessions = 1;           // sessions open at once (the server's --parallel), each with its own buffers
   uint64_t context_bytes = kGpuContextBytes;
 };
 
@@ -58,8 +59,8 @@ struct GpuResident {
   uint64_t norms = 0;       // attn, ffn, q and k norms of every layer, and output_norm (f32)
   uint64_t routers = 0;     // ffn_gate_inp of every MoE layer ([n_expert] x [n_embd])
   uint64_t dense_ffn = 0;   // ffn_gate, ffn_up, ffn_down of dense layers
-  uint64_t kv_cache = 0;    // f16 [n_layer][n_ctx][kv_dim_k + kv_dim_v]
-  uint64_t work = 0;        // the session's other buffers at max_batch (buffers.h)
+  uint64_t kv_cache = 0;    // f16 [n_layer][n_ctx][kv_dim_k + kv_dim_v], for each session
+  uint64_t work = 0;        // each session's other buffers at max_batch (buffers.h)
   uint64_t margin = 0;      // kGpuMarginBytes
 
   uint64_t weights() const { return token_embd + output + attention + norms + routers + dense_ffn; }

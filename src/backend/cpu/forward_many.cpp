@@ -1,0 +1,138 @@
+// One decode step of several sequences as one forward pass: the rows share every product (each weight, and each
+// routed expert, is read once for all of them) but attend each over its own cache. The products take their one-row
+// orders, which are what a single-token step takes, so a sequence's logits do not depend on the company it steps in.
+#include <cmath>
+
+#include "diskformer/backend/cpu/forward.h"
+#include "diskformer/util/check.h"
+
+namespace df::cpu {
+
+namespace {
+template <typename T>
+void ensure(std::vector<T>& v, uint64_t n) {
+  if (v.size() < n) v.resize(n);
+}
+}  // namespace
+
+Status Forward::run_many(std::span<const int32_t> tokens, std::span<KvCache* const> kvs) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t E = s_.n_embd;
+  if (n == 0) return Error{"forward: empty batch"};
+  DF_CHECK(kvs.size() == tokens.size());
+  for (int64_t t = 0; t < n; ++t) {
+    DF_CHECK(kvs[t] != nullptr);
+    for (int64_t u = 0; u < t; ++u) DF_CHECK(kvs[u] != kvs[t]);
+    if (kvs[t]->n_past + 1 > kvs[t]->n_ctx)
+      return Error{"context overflow: sequence " + std::to_string(t) + " of the step has used all " +
+                   std::to_string(kvs[t]->n_ctx) + " positions of its context (-c)"};
+    if (tokens[t] < 0 || uint32_t(tokens[t]) >= s_.n_vocab)
+      return Error{"token id " + std::to_string(tokens[t]) + " of sequence " + std::to_string(t) +
+                   " is outside the vocabulary of " + std::to_string(s_.n_vocab)};
+  }
+
+  one_row_ = true;
+  ensure(b_.x, n * E);
+  ensure(b_.xn, n * E);
+  ensure(b_.proj, n * E);
+  for (int64_t t = 0; t < n; ++t) get_row(w_.token_embd, tokens[t], b_.x.data() + t * E);
+
+  model::LayerWeights streamed;
+  for (uint32_t il = 0; il < s_.n_layer; ++il) {
+    const model::LayerWeights* lw = nullptr;
+    if (!w_.layers.empty()) {
+      lw = &w_.layers[il];
+    } else {
+      layer_pin_.release();
+      const int32_t zero = 0;
+      DF_ASSIGN(layer_pin_, w_.layer_tier->acquire(il, std::span<const int32_t>(&zero, 1)));
+      w_.layer_tier->prefetch((il + 1) % s_.n_layer, std::span<const int32_t>(&zero, 1));
+      streamed = model::layer_at(w_.layouts->layers[il], layer_pin_.data(0));
+      lw = &streamed;
+    }
+    for (int64_t t = 0; t < n; ++t)
+      rms_norm(b_.x.data() + t * E, lw->attn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    attention_many(*lw, il, kvs);
+    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    guess_.clear();
+    if (il + 1 < s_.n_layer) guess_experts_many(il + 1, n);
+    // Every row is the last of its sequence, so every row feeds forward in the last block too.
+    for (int64_t t = 0; t < n; ++t)
+      rms_norm(b_.x.data() + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    if (s_.moe()) {
+      DF_TRY(moe_ffn(*lw, il, n));
+    } else {
+      dense_ffn(*lw, n);
+    }
+    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+  }
+  layer_pin_.release();
+  for (KvCache* kv : kvs) kv->n_past += 1;
+
+  for (int64_t t = 0; t < n; ++t)
+    rms_norm(b_.x.data() + t * E, w_.output_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+  b_.logits.resize(uint64_t(n) * s_.n_vocab);
+  matmul(w_.output, b_.xn.data(), n, b_.logits.data());
+  stats_.tokens += uint64_t(n);
+  return {};
+}
+
+void Forward::attention_many(const model::LayerWeights& lw, uint32_t il, std::span<KvCache* const> kvs) {
+  const int64_t n = int64_t(kvs.size());
+  const int hk = int(s_.head_dim_k), hv = int(s_.head_dim_v);
+  const int64_t qd = s_.q_dim(), kd = s_.kv_dim_k(), vd = s_.kv_dim_v(), ad = int64_t(s_.n_head) * hv;
+  ensure(b_.q, n * qd);
+  ensure(b_.k, n * kd);
+  ensure(b_.v, n * vd);
+  ensure(b_.attn, n * ad);
+  const MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q.data(), true},
+                           {&lw.wk, b_.xn.data(), n, b_.k.data(), true},
+                           {&lw.wv, b_.xn.data(), n, b_.v.data(), true}};
+  matmul_many(ctx_, qkv);
+  for (int64_t t = 0; t < n; ++t) {
+    KvCache& kv = *kvs[t];
+    float* q = b_.q.data() + t * qd;
+    float* k = b_.k.data() + t * kd;
+    if (s_.qk_norm) {
+      for (uint32_t h = 0; h < s_.n_head; ++h) rms_norm(q + h * hk, lw.q_norm.f32(), hk, s_.norm_eps, q + h * hk);
+      for (uint32_t h = 0; h < s_.n_head_kv; ++h) rms_norm(k + h * hk, lw.k_norm.f32(), hk, s_.norm_eps, k + h * hk);
+    }
+    const int64_t pos = kv.n_past;
+    rope(q, int(s_.n_head), hk, int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
+    rope(k, int(s_.n_head_kv), hk, int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
+    ctx_.kernels->to_f16(k, kv.k_at(il, uint32_t(pos)), kd);
+    ctx_.kernels->to_f16(b_.v.data() + t * vd, kv.v_at(il, uint32_t(pos)), vd);
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    KvCache& kv = *kvs[t];
+    attention(ctx_, {.q = b_.q.data() + t * qd,
+                     .k = kv.k_at(il, 0),
+                     .v = kv.v_at(il, 0),
+                     .out = b_.attn.data() + t * ad,
+                     .n_head = int(s_.n_head),
+                     .n_head_kv = int(s_.n_head_kv),
+                     .head_dim_k = hk,
+                     .head_dim_v = hv,
+                     .pos0 = kv.n_past,
+                     .n_tok = 1,
+                     .scale = 1.0f / std::sqrt(float(hk))});
+  }
+  matmul(lw.wo, b_.attn.data(), n, b_.proj.data());
+}
+
+void Forward::guess_experts_many(uint32_t next, int64_t n) {
+  if (!s_.moe() || !w_.expert_tier || w_.expert_tier->resident() || w_.layers.empty()) return;
+  const model::LayerWeights& lw = w_.layers[next];
+  std::vector<bool> chosen(s_.n_expert, false);
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < n; ++t) {
+    cpu::guess_experts(*ctx_.kernels, s_, lw.ffn_norm, lw.gate_inp, b_.x.data() + t * s_.n_embd, ids);
+    for (int32_t e : ids)
+      if (!chosen[e]) {
+        chosen[e] = true;
+        guess_.push_back(e);
+      }
+  }
+}
+
+}  // namespace df::cpu

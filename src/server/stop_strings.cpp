@@ -1,0 +1,40 @@
+#include "server/stop_strings.h"
+
+#include <algorithm>
+
+namespace df::server {
+
+std::string StopMatcher::push(std::string_view text) {
+  if (stopped_) return {};
+  held_.append(text);
+  // The earliest complete stop string ends the text.
+  size_t cut = std::string::npos;
+  for (const std::string& s : stops_) cut = std::min(cut, held_.find(s));
+  if (cut != std::string::npos) {
+    stopped_ = true;
+    std::string out = held_.substr(0, cut);
+    held_.clear();
+    return out;
+  }
+  // Hold the longest tail that begins some stop string. A stop string starts with a UTF-8 lead byte, so the cut
+  // never splits a character of the text.
+  size_t keep = 0;
+  for (const std::string& s : stops_)
+    for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n)
+      if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
+        keep = n;
+        break;
+      }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string StopMatcher::flush() {
+  std::string out;
+  if (!stopped_) out.swap(held_);
+  held_.clear();
+  return out;
+}
+
+}  // namespace df::server
