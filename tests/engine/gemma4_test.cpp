@@ -19,18 +19,6 @@ namespace {
 using engine::Model;
 using engine::Session;
 
-std::vector<int32_t> greedy_ids(Session& s, const std::vector<int32_t>& prompt, int n) {
-  std::vector<int32_t> out;
-  EXPECT_TRUE(s.eval(prompt).ok());
-  for (int i = 0; i < n; ++i) {
-    const int32_t id = sampling::argmax(s.logits());
-    out.push_back(id);
-    auto st = s.eval(std::span<const int32_t>(&id, 1));
-    EXPECT_TRUE(st.ok()) << st.error().message;
-  }
-  return out;
-}
-
 const std::vector<int32_t> kPrompt = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203};
 
 TEST(Gemma4Engine, PerLayerEmbeddingTableUnderARamBudget) {

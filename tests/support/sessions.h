@@ -5,8 +5,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <span>
+#include <vector>
 
 #include "diskformer/engine/session.h"
+#include "diskformer/sampling/sampler.h"
 
 namespace df::test {
 
@@ -17,6 +20,19 @@ inline engine::Session new_session(engine::Model& m) {
     std::abort();
   }
   return std::move(s).value();
+}
+
+// The prompt, then n greedy tokens fed back one at a time: the ids chosen.
+inline std::vector<int32_t> greedy_ids(engine::Session& s, const std::vector<int32_t>& prompt, int n) {
+  std::vector<int32_t> out;
+  EXPECT_TRUE(s.eval(prompt).ok());
+  for (int i = 0; i < n; ++i) {
+    const int32_t id = sampling::argmax(s.logits());
+    out.push_back(id);
+    auto st = s.eval(std::span<const int32_t>(&id, 1));
+    EXPECT_TRUE(st.ok()) << st.error().message;
+  }
+  return out;
 }
 
 }  // namespace df::test

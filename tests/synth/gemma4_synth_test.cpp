@@ -12,17 +12,6 @@
 namespace df::test {
 namespace {
 
-std::vector<int32_t> greedy_ids(engine::Session& s, const std::vector<int32_t>& prompt, int n) {
-  std::vector<int32_t> out;
-  EXPECT_TRUE(s.eval(prompt).ok());
-  for (int i = 0; i < n; ++i) {
-    const int32_t id = sampling::argmax(s.logits());
-    out.push_back(id);
-    EXPECT_TRUE(s.eval(std::span<const int32_t>(&id, 1)).ok());
-  }
-  return out;
-}
-
 TEST(Gemma4Synth, PresetsAreThePublishedShapes) {
   auto a = synth::preset("gemma4", "26b-a4b");
   ASSERT_TRUE(a.has_value());

@@ -7,46 +7,44 @@
 
 namespace df::cpu {
 
-namespace {
-template <typename T>
-void ensure(std::vector<T>& v, uint64_t n) {
-  if (v.size() < n) v.resize(n);
-}
-}  // namespace
-
-Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t E = s_.n_embd;
+Status check_batch(const model::ModelSpec& s, std::span<const int32_t> tokens, const KvCache& kv) {
+  const uint64_t n = tokens.size();
   if (n == 0) return Error{"forward: empty batch"};
   if (kv.n_past + n > kv.n_ctx)
     return Error{"context overflow: " + std::to_string(kv.n_past) + " positions used + " + std::to_string(n) +
                  " new tokens exceed the context size " + std::to_string(kv.n_ctx) + " (-c)"};
-  for (int64_t t = 0; t < n; ++t)
-    if (tokens[t] < 0 || uint32_t(tokens[t]) >= s_.n_vocab)
+  for (uint64_t t = 0; t < n; ++t)
+    if (tokens[t] < 0 || uint32_t(tokens[t]) >= s.n_vocab)
       return Error{"token id " + std::to_string(tokens[t]) + " at batch position " + std::to_string(t) +
-                   " is outside the vocabulary of " + std::to_string(s_.n_vocab)};
+                   " is outside the vocabulary of " + std::to_string(s.n_vocab)};
+  return {};
+}
+
+Result<const model::LayerWeights*> dense_layer(const ForwardWeights& w, uint32_t il, uint32_t n_layer,
+                                               cache::Pins& pin, model::LayerWeights& streamed) {
+  if (!w.layers.empty()) return &w.layers[il];
+  pin.release();
+  const int32_t zero = 0;
+  DF_ASSIGN(pin, w.layer_tier->acquire(il, std::span<const int32_t>(&zero, 1)));
+  w.layer_tier->prefetch((il + 1) % n_layer, std::span<const int32_t>(&zero, 1));
+  streamed = model::layer_at(w.layouts->layers[il], pin.data(0));
+  return &streamed;
+}
+
+Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t E = s_.n_embd;
+  DF_TRY(check_batch(s_, tokens, kv));
 
   one_row_ = n >= kTiledAttentionRows;
-  ensure(b_.x, n * E);
-  ensure(b_.xn, n * E);
-  ensure(b_.proj, n * E);
+  ensure_size(b_.x, n * E);
+  ensure_size(b_.xn, n * E);
+  ensure_size(b_.proj, n * E);
   for (int64_t t = 0; t < n; ++t) get_row(w_.token_embd, tokens[t], b_.x.data() + t * E);
 
   model::LayerWeights streamed;
   for (uint32_t il = 0; il < s_.n_layer; ++il) {
-    const model::LayerWeights* lw = nullptr;
-    if (!w_.layers.empty()) {
-      lw = &w_.layers[il];
-    } else {
-      // The next layer (the first again after the last: the next token starts there) is read while this one
-      // computes.
-      layer_pin_.release();
-      const int32_t zero = 0;
-      DF_ASSIGN(layer_pin_, w_.layer_tier->acquire(il, std::span<const int32_t>(&zero, 1)));
-      w_.layer_tier->prefetch((il + 1) % s_.n_layer, std::span<const int32_t>(&zero, 1));
-      streamed = model::layer_at(w_.layouts->layers[il], layer_pin_.data(0));
-      lw = &streamed;
-    }
+    DF_ASSIGN(const model::LayerWeights* lw, dense_layer(w_, il, s_.n_layer, layer_pin_, streamed));
     // Attention sublayer with a residual connection.
     for (int64_t t = 0; t < n; ++t)
       rms_norm(b_.x.data() + t * E, lw->attn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
@@ -94,10 +92,10 @@ void Forward::guess_experts(uint32_t next) {
 Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv) {
   const int hk = int(s_.head_dim_k), hv = int(s_.head_dim_v);
   const int64_t qd = s_.q_dim(), kd = s_.kv_dim_k(), vd = s_.kv_dim_v();
-  ensure(b_.q, n * qd);
-  ensure(b_.k, n * kd);
-  ensure(b_.v, n * vd);
-  ensure(b_.attn, n * int64_t(s_.n_head) * hv);
+  ensure_size(b_.q, n * qd);
+  ensure_size(b_.k, n * kd);
+  ensure_size(b_.v, n * vd);
+  ensure_size(b_.attn, n * int64_t(s_.n_head) * hv);
   const MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q.data(), one_row_},
                            {&lw.wk, b_.xn.data(), n, b_.k.data(), one_row_},
                            {&lw.wv, b_.xn.data(), n, b_.v.data(), one_row_}};
@@ -132,8 +130,8 @@ Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int6
 
 void Forward::dense_ffn(const model::LayerWeights& lw, int64_t n) {
   const int64_t F = s_.n_ff;
-  ensure(b_.gate, n * F);
-  ensure(b_.up, n * F);
+  ensure_size(b_.gate, n * F);
+  ensure_size(b_.up, n * F);
   const MatmulJob gate_up[] = {{&lw.ffn_gate, b_.xn.data(), n, b_.gate.data(), one_row_},
                                {&lw.ffn_up, b_.xn.data(), n, b_.up.data(), one_row_}};
   matmul_many(ctx_, gate_up);

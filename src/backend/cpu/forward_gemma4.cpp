@@ -10,11 +10,6 @@ namespace df::cpu {
 
 namespace {
 
-template <typename T>
-void ensure(std::vector<T>& v, uint64_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
 // y = x * s elementwise (ggml_scale, ggml_mul by a broadcast scalar): one rounding.
 void scale(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
@@ -32,17 +27,10 @@ Status Gemma4Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t E = s_.n_embd;
   const float eps = s_.norm_eps;
-  if (n == 0) return Error{"forward: empty batch"};
-  if (kv.n_past + n > kv.n_ctx)
-    return Error{"context overflow: " + std::to_string(kv.n_past) + " positions used + " + std::to_string(n) +
-                 " new tokens exceed the context size " + std::to_string(kv.n_ctx) + " (-c)"};
-  for (int64_t t = 0; t < n; ++t)
-    if (tokens[t] < 0 || uint32_t(tokens[t]) >= s_.n_vocab)
-      return Error{"token id " + std::to_string(tokens[t]) + " at batch position " + std::to_string(t) +
-                   " is outside the vocabulary of " + std::to_string(s_.n_vocab)};
+  DF_TRY(check_batch(s_, tokens, kv));
 
   one_row_ = n >= kTiledAttentionRows;
-  for (auto* v : {&b_.x, &b_.xn, &b_.attn_out, &b_.proj, &b_.mlp}) ensure(*v, n * E);
+  for (auto* v : {&b_.x, &b_.xn, &b_.attn_out, &b_.proj, &b_.mlp}) ensure_size(*v, n * E);
   // The embedding scaled by sqrt(d) (text tokens; llama.cpp does not scale embeddings given as input).
   const float embd_scale = std::sqrt(float(E));
   for (int64_t t = 0; t < n; ++t) get_row(w_.token_embd, tokens[t], b_.x.data() + t * E);
@@ -51,18 +39,7 @@ Status Gemma4Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all
 
   model::LayerWeights streamed;
   for (uint32_t il = 0; il < s_.n_layer; ++il) {
-    const model::LayerWeights* lw = nullptr;
-    if (!w_.layers.empty()) {
-      lw = &w_.layers[il];
-    } else {
-      // The next layer (the first after the last) is read while this one computes.
-      layer_pin_.release();
-      const int32_t zero = 0;
-      DF_ASSIGN(layer_pin_, w_.layer_tier->acquire(il, std::span<const int32_t>(&zero, 1)));
-      w_.layer_tier->prefetch((il + 1) % s_.n_layer, std::span<const int32_t>(&zero, 1));
-      streamed = model::layer_at(w_.layouts->layers[il], layer_pin_.data(0));
-      lw = &streamed;
-    }
+    DF_ASSIGN(const model::LayerWeights* lw, dense_layer(w_, il, s_.n_layer, layer_pin_, streamed));
     float* x = b_.x.data();
     float* a = b_.attn_out.data();
     float* f = b_.proj.data();
@@ -116,8 +93,8 @@ void Gemma4Forward::matmul(const model::Mat& w, const float* x, int64_t n, float
 
 Status Gemma4Forward::per_layer_inputs(std::span<const int32_t> tokens) {
   const int64_t n = int64_t(tokens.size()), E = s_.n_embd, P = s_.n_embd_per_layer, LP = int64_t(s_.n_layer) * P;
-  ensure(b_.ple, n * LP);
-  ensure(b_.ple_rows, n * LP);
+  ensure_size(b_.ple, n * LP);
+  ensure_size(b_.ple_rows, n * LP);
   float* rows = b_.ple_rows.data();
   if (!w_.ple_rows) {
     for (int64_t t = 0; t < n; ++t) get_row(w_.ple_table, tokens[t], rows + t * LP);
@@ -155,10 +132,10 @@ void Gemma4Forward::attention(const model::LayerWeights& lw, uint32_t il, int64_
   const int64_t qd = l.q_dim(), kd = l.kv_dim_k();
   const bool own_kv = l.kv_layer == il;
   const float eps = s_.norm_eps;
-  ensure(b_.q, n * qd);
-  ensure(b_.k, n * kd);
-  ensure(b_.v, n * kd);
-  ensure(b_.attn, n * qd);
+  ensure_size(b_.q, n * qd);
+  ensure_size(b_.k, n * kd);
+  ensure_size(b_.v, n * kd);
+  ensure_size(b_.attn, n * qd);
   std::vector<MatmulJob> jobs = {{&lw.wq, b_.xn.data(), n, b_.q.data(), one_row_}};
   if (own_kv) {
     jobs.push_back({&lw.wk, b_.xn.data(), n, b_.k.data(), one_row_});
@@ -203,8 +180,8 @@ void Gemma4Forward::attention(const model::LayerWeights& lw, uint32_t il, int64_
 
 void Gemma4Forward::mlp(const model::LayerWeights& lw, uint32_t il, int64_t n, const float* in, float* out) {
   const int64_t F = s_.layers[il].n_ff;
-  ensure(b_.gate, n * F);
-  ensure(b_.up, n * F);
+  ensure_size(b_.gate, n * F);
+  ensure_size(b_.up, n * F);
   const MatmulJob gate_up[] = {{&lw.ffn_gate, in, n, b_.gate.data(), one_row_},
                                {&lw.ffn_up, in, n, b_.up.data(), one_row_}};
   matmul_many(ctx_, gate_up);
@@ -239,9 +216,9 @@ void Gemma4Forward::guess_experts(uint32_t next) {
 
 Status Gemma4Forward::routed_experts(const model::LayerWeights& lw, uint32_t il, int64_t n) {
   const int64_t E = s_.n_embd, X = s_.n_expert, K = s_.n_expert_used;
-  ensure(b_.router, n * E);
-  ensure(b_.probs, n * X);
-  ensure(b_.expert_out, n * K * E);
+  ensure_size(b_.router, n * E);
+  ensure_size(b_.probs, n * X);
+  ensure_size(b_.expert_out, n * K * E);
   router_input(lw, b_.attn_out.data(), n, b_.router.data());
   matmul(lw.gate_inp, b_.router.data(), n, b_.probs.data());
   // Softmax over all experts, the top K by probability, their weights renormalized over the K.
@@ -274,7 +251,7 @@ Status Gemma4Forward::routed_experts(const model::LayerWeights& lw, uint32_t il,
 
 void Gemma4Forward::ple_block(const model::LayerWeights& lw, uint32_t il, int64_t n) {
   const int64_t E = s_.n_embd, P = s_.n_embd_per_layer, L = s_.n_layer;
-  ensure(b_.ple_gate, n * P);
+  ensure_size(b_.ple_gate, n * P);
   float* g = b_.ple_gate.data();
   matmul(lw.ple_gate, b_.x.data(), n, g);
   gelu(g, n * P, g);

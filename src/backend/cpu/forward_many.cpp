@@ -8,13 +8,6 @@
 
 namespace df::cpu {
 
-namespace {
-template <typename T>
-void ensure(std::vector<T>& v, uint64_t n) {
-  if (v.size() < n) v.resize(n);
-}
-}  // namespace
-
 Status Forward::run_many(std::span<const int32_t> tokens, std::span<KvCache* const> kvs) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t E = s_.n_embd;
@@ -32,24 +25,14 @@ Status Forward::run_many(std::span<const int32_t> tokens, std::span<KvCache* con
   }
 
   one_row_ = true;
-  ensure(b_.x, n * E);
-  ensure(b_.xn, n * E);
-  ensure(b_.proj, n * E);
+  ensure_size(b_.x, n * E);
+  ensure_size(b_.xn, n * E);
+  ensure_size(b_.proj, n * E);
   for (int64_t t = 0; t < n; ++t) get_row(w_.token_embd, tokens[t], b_.x.data() + t * E);
 
   model::LayerWeights streamed;
   for (uint32_t il = 0; il < s_.n_layer; ++il) {
-    const model::LayerWeights* lw = nullptr;
-    if (!w_.layers.empty()) {
-      lw = &w_.layers[il];
-    } else {
-      layer_pin_.release();
-      const int32_t zero = 0;
-      DF_ASSIGN(layer_pin_, w_.layer_tier->acquire(il, std::span<const int32_t>(&zero, 1)));
-      w_.layer_tier->prefetch((il + 1) % s_.n_layer, std::span<const int32_t>(&zero, 1));
-      streamed = model::layer_at(w_.layouts->layers[il], layer_pin_.data(0));
-      lw = &streamed;
-    }
+    DF_ASSIGN(const model::LayerWeights* lw, dense_layer(w_, il, s_.n_layer, layer_pin_, streamed));
     for (int64_t t = 0; t < n; ++t)
       rms_norm(b_.x.data() + t * E, lw->attn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
     attention_many(*lw, il, kvs);
@@ -81,10 +64,10 @@ void Forward::attention_many(const model::LayerWeights& lw, uint32_t il, std::sp
   const int64_t n = int64_t(kvs.size());
   const int hk = int(s_.head_dim_k), hv = int(s_.head_dim_v);
   const int64_t qd = s_.q_dim(), kd = s_.kv_dim_k(), vd = s_.kv_dim_v(), ad = int64_t(s_.n_head) * hv;
-  ensure(b_.q, n * qd);
-  ensure(b_.k, n * kd);
-  ensure(b_.v, n * vd);
-  ensure(b_.attn, n * ad);
+  ensure_size(b_.q, n * qd);
+  ensure_size(b_.k, n * kd);
+  ensure_size(b_.v, n * vd);
+  ensure_size(b_.attn, n * ad);
   const MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q.data(), true},
                            {&lw.wk, b_.xn.data(), n, b_.k.data(), true},
                            {&lw.wv, b_.xn.data(), n, b_.v.data(), true}};

@@ -9,13 +9,6 @@
 
 namespace df::cpu {
 
-namespace {
-template <typename T>
-void ensure(std::vector<T>& v, uint64_t n) {
-  if (v.size() < n) v.resize(n);
-}
-}  // namespace
-
 HybridForward::HybridForward(const model::ModelSpec& spec, const ForwardWeights& weights, Context& ctx)
     : s_(spec), w_(weights), ctx_(ctx), moe_(spec) {
   DF_CHECK(w_.layers.size() == s_.n_layer && w_.expert_tier != nullptr);
@@ -26,14 +19,7 @@ HybridForward::HybridForward(const model::ModelSpec& spec, const ForwardWeights&
 Status HybridForward::run(std::span<const int32_t> tokens, KvCache& kv, RecurrentState& state, const Options& o) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t E = s_.n_embd;
-  if (n == 0) return Error{"forward: empty batch"};
-  if (kv.n_past + n > kv.n_ctx)
-    return Error{"context overflow: " + std::to_string(kv.n_past) + " positions used + " + std::to_string(n) +
-                 " new tokens exceed the context size " + std::to_string(kv.n_ctx) + " (-c)"};
-  for (int64_t t = 0; t < n; ++t)
-    if (tokens[t] < 0 || uint32_t(tokens[t]) >= s_.n_vocab)
-      return Error{"token id " + std::to_string(tokens[t]) + " at batch position " + std::to_string(t) +
-                   " is outside the vocabulary of " + std::to_string(s_.n_vocab)};
+  DF_TRY(check_batch(s_, tokens, kv));
   DF_CHECK(state.n_past == kv.n_past);
   DF_CHECK(!o.save || (o.save_after > 0 && o.save_after < n));
   if (o.save) {
@@ -42,9 +28,9 @@ Status HybridForward::run(std::span<const int32_t> tokens, KvCache& kv, Recurren
   }
 
   one_row_ = n >= kTiledAttentionRows;
-  ensure(b_.x, n * E);
-  ensure(b_.xn, n * E);
-  ensure(b_.proj, n * E);
+  ensure_size(b_.x, n * E);
+  ensure_size(b_.xn, n * E);
+  ensure_size(b_.proj, n * E);
   for (int64_t t = 0; t < n; ++t) get_row(w_.token_embd, tokens[t], b_.x.data() + t * E);
 
   for (uint32_t il = 0; il < s_.n_layer; ++il) {
@@ -94,12 +80,12 @@ void HybridForward::delta_net(const model::LayerWeights& lw, uint32_t slot, int6
                               const Options& o) {
   const model::DeltaNetSpec& d = s_.delta_net;
   const int64_t C = d.conv_dim(), Kd = d.k_dim(), Vd = d.v_dim(), Hv = d.n_v_heads, S = d.head_dim;
-  ensure(b_.mixed, n * C);
-  ensure(b_.conv, n * C);
-  ensure(b_.z, n * Vd);
-  ensure(b_.beta, n * Hv);
-  ensure(b_.g, n * Hv);
-  ensure(b_.core, n * Vd);
+  ensure_size(b_.mixed, n * C);
+  ensure_size(b_.conv, n * C);
+  ensure_size(b_.z, n * Vd);
+  ensure_size(b_.beta, n * Hv);
+  ensure_size(b_.g, n * Hv);
+  ensure_size(b_.core, n * Vd);
   const MatmulJob proj[] = {{&lw.ssm_qkv, b_.xn.data(), n, b_.mixed.data(), one_row_},
                             {&lw.ssm_z, b_.xn.data(), n, b_.z.data(), one_row_},
                             {&lw.ssm_beta, b_.xn.data(), n, b_.beta.data(), one_row_},
@@ -152,12 +138,12 @@ void HybridForward::delta_net(const model::LayerWeights& lw, uint32_t slot, int6
 
 void HybridForward::attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv) {
   const int64_t D = s_.head_dim_k, H = s_.n_head, qd = s_.q_dim(), kd = s_.kv_dim_k(), vd = s_.kv_dim_v();
-  ensure(b_.q_gate, n * 2 * qd);
-  ensure(b_.q, n * qd);
-  ensure(b_.gate, n * qd);
-  ensure(b_.k, n * kd);
-  ensure(b_.v, n * vd);
-  ensure(b_.attn, n * qd);
+  ensure_size(b_.q_gate, n * 2 * qd);
+  ensure_size(b_.q, n * qd);
+  ensure_size(b_.gate, n * qd);
+  ensure_size(b_.k, n * kd);
+  ensure_size(b_.v, n * vd);
+  ensure_size(b_.attn, n * qd);
   const MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q_gate.data(), one_row_},
                            {&lw.wk, b_.xn.data(), n, b_.k.data(), one_row_},
                            {&lw.wv, b_.xn.data(), n, b_.v.data(), one_row_}};
@@ -205,10 +191,10 @@ Status HybridForward::ffn(const model::LayerWeights& lw, uint32_t il, int64_t n)
                          .guess = guess_,
                          .routing = routing_}));
   // The shared expert, scaled by the sigmoid of its gate's one logit per token, added to the routed experts' sum.
-  ensure(b_.sh_gate, n * Fs);
-  ensure(b_.sh_up, n * Fs);
-  ensure(b_.sh_logit, n);
-  ensure(b_.sh_out, n * E);
+  ensure_size(b_.sh_gate, n * Fs);
+  ensure_size(b_.sh_up, n * Fs);
+  ensure_size(b_.sh_logit, n);
+  ensure_size(b_.sh_out, n * E);
   const MatmulJob gate_up[] = {{&lw.gate_shexp, b_.xn.data(), n, b_.sh_gate.data(), one_row_},
                                {&lw.up_shexp, b_.xn.data(), n, b_.sh_up.data(), one_row_},
                                {&lw.gate_inp_shexp, b_.xn.data(), n, b_.sh_logit.data(), one_row_}};

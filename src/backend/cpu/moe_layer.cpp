@@ -2,13 +2,6 @@
 
 namespace df::cpu {
 
-namespace {
-template <typename T>
-void ensure(std::vector<T>& v, uint64_t n) {
-  if (v.size() < n) v.resize(n);
-}
-}  // namespace
-
 void guess_experts(const Kernels& k, const model::ModelSpec& s, const model::Mat& ffn_norm, const model::Mat& router,
                    const float* x, std::vector<int32_t>& out) {
   const int64_t E = s.n_embd, X = s.n_expert;
@@ -21,8 +14,8 @@ void guess_experts(const Kernels& k, const model::ModelSpec& s, const model::Mat
 
 Status MoeLayer::run(Context& ctx, const MoeLayerArgs& a) {
   const int64_t E = s_.n_embd, X = s_.n_expert, K = s_.n_expert_used, n = a.n_tok;
-  ensure(router_, n * X);
-  ensure(expert_out_, n * K * E);
+  ensure_size(router_, n * X);
+  ensure_size(expert_out_, n * K * E);
   const MatmulJob route{a.router, a.x, n, router_.data(), a.one_row};
   matmul_many(ctx, std::span<const MatmulJob>(&route, 1));
   route_top_k(router_.data(), n, X, K, s_.norm_topk, route_);

@@ -61,6 +61,15 @@ struct ForwardStats {
 // more compute each position in the same one-row orders (engine/prefix_reuse.h relies on it). Every CPU forward.
 constexpr int64_t kTiledAttentionRows = 64;
 
+// What every forward checks before anything changes: a batch of at least one token that fits the context after
+// kv.n_past, its ids inside the vocabulary.
+Status check_batch(const model::ModelSpec& s, std::span<const int32_t> tokens, const KvCache& kv);
+
+// Layer il's dense tensors: the resident views, or the streamed layer pinned into `pin` (its views in `streamed`)
+// while the next layer (the first again after the last: the next token starts there) is read ahead.
+Result<const model::LayerWeights*> dense_layer(const ForwardWeights& w, uint32_t il, uint32_t n_layer,
+                                               cache::Pins& pin, model::LayerWeights& streamed);
+
 // A family's forward pass, as the engine drives it: Forward (llama, qwen3, qwen3moe) or Gemma4Forward.
 class ForwardPass {
  public:

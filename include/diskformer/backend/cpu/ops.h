@@ -14,6 +14,12 @@
 
 namespace df::cpu {
 
+// Grows a reused buffer to at least n elements (never shrinks: the forwards' buffers keep their largest batch's size).
+template <typename T>
+void ensure_size(std::vector<T>& v, uint64_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 struct Context {
   const Kernels* kernels = &best_kernels();
   ThreadPool* pool = nullptr;    // nullptr: run on the calling thread
