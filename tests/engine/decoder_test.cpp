@@ -87,7 +87,9 @@ TEST(CpuSession, GeneratesWhatTheSamplerDrawsFromItsLogits) {
   for (int i = 0; i < o.n_predict; ++i) {
     const int32_t id = sampler.sample(t.logits(), hb);
     hb.push_back(id);
-    if (i + 1 < o.n_predict) ASSERT_TRUE(t.eval(std::span<const int32_t>(&id, 1)).ok());
+    if (i + 1 < o.n_predict) {
+      ASSERT_TRUE(t.eval(std::span<const int32_t>(&id, 1)).ok());
+    }
   }
   EXPECT_EQ(ha, hb);
   EXPECT_EQ(t.n_past(), s.n_past());

@@ -37,7 +37,9 @@ std::vector<int32_t> decode(Session& s, int n) {
   std::vector<int32_t> out;
   for (int i = 0; i < n; ++i) {
     out.push_back(sampling::argmax(s.logits()));
-    if (i + 1 < n) EXPECT_TRUE(s.eval(std::span<const int32_t>(&out.back(), 1)).ok());
+    if (i + 1 < n) {
+      EXPECT_TRUE(s.eval(std::span<const int32_t>(&out.back(), 1)).ok());
+    }
   }
   return out;
 }
@@ -252,7 +254,9 @@ TEST(HybridCli, RunPrintsLlamaCppsCompletionAndInspectHasNoGpuPlan) {
     const CliRun r = run_cli_capture(base + budget);
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, c.completion) << budget;
-    if (!budget.empty()) EXPECT_NE(r.err.find("experts streamed"), std::string::npos) << r.err;
+    if (!budget.empty()) {
+      EXPECT_NE(r.err.find("experts streamed"), std::string::npos) << r.err;
+    }
   }
   const CliRun plan = run_cli_capture("inspect -m " + path.string() + " --gpu-budget 4G");
   EXPECT_EQ(plan.status, 1);

@@ -238,25 +238,6 @@ TEST(Store, RefusesWhatDoesNotMatch) {
   expect_refused("incomplete");
 }
 
-}  // namespace
-}  // namespace df::store
-
-namespace {
-// The stores these tests write are tens of MB each: removed when every test passed, kept for a look otherwise.
-class RemoveTempOnSuccess : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (!::testing::UnitTest::GetInstance()->Passed()) return;
-    std::error_code ec;
-    std::filesystem::remove_all(std::filesystem::temp_directory_path() /
-                                    ("diskformer-test-" + std::to_string(::getpid())), ec);
-  }
-};
-const auto* const kRemoveTemp = ::testing::AddGlobalTestEnvironment(new RemoveTempOnSuccess);
-}  // namespace
-
-namespace df::store {
-namespace {
 
 TEST(RecordKey, PacksIntoOneNumber) {
   for (RecordKey k : {RecordKey{RecordKind::kExpert, 47, 127}, RecordKey{RecordKind::kTableRow, 1, 151935},

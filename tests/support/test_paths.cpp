@@ -23,10 +23,31 @@ std::filesystem::path cli_path() {
   return DF_CLI_PATH;
 }
 
+namespace {
+
+std::filesystem::path process_temp_root() {
+  return std::filesystem::temp_directory_path() / ("diskformer-test-" + std::to_string(::getpid()));
+}
+
+// A test binary's scratch files (models it wrote, stores, logs) go when its run passes and stay for inspection when
+// one of its tests fails: otherwise every run of the suite leaves gigabytes behind in the temp directory.
+class RemoveScratchWhenPassed : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Passed()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(process_temp_root(), ec);
+  }
+};
+
+const auto* const kScratchCleanup = ::testing::AddGlobalTestEnvironment(new RemoveScratchWhenPassed);
+
+}  // namespace
+
 std::filesystem::path temp_dir(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string id = info ? std::string(info->test_suite_name()) + "." + info->name() : "global";
-  auto dir = std::filesystem::temp_directory_path() / ("diskformer-test-" + std::to_string(::getpid())) / id / name;
+  auto dir = process_temp_root() / id / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

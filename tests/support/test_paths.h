@@ -10,7 +10,8 @@ namespace df::test {
 std::filesystem::path shared_dir();
 std::filesystem::path source_dir();
 std::filesystem::path cli_path();
-// A fresh, empty directory under the build's temp area, removed by the caller's fixture or left for inspection.
+// A fresh, empty directory under the temp area, removed with the binary's others when all its tests pass and left
+// for inspection when one fails.
 std::filesystem::path temp_dir(const std::string& name);
 // A whole file's bytes ("" where it cannot be read: the caller's assertions say what was expected).
 std::string slurp(const std::filesystem::path& p);
