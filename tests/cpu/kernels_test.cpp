@@ -350,34 +350,51 @@ TEST(Kernels, EveryQuantizedDotMatchesScalarAndReference) {
   }
 }
 
-TEST(Kernels, FourRowInterleavedDotsMatchScalar) {
-  // Q4_0's four-row kernel equals four single ones; Q4_K's has its own (batched) order, so its tables are checked
-  // against the scalar one and the single order within rounding.
+TEST(Kernels, EightRowInterleavedQ4_0DotsEqualSingleOnes) {
+  // Every (row, activation row) of the eight-row kernel equals the single-row interleaved dot, for 1 to 8
+  // activation rows, block counts odd and even.
+  const Kernels& s = scalar_kernels();
+  for (int64_t n : {int64_t(32), int64_t(96), int64_t(1024), int64_t(32 * 67)}) {
+    std::vector<std::vector<uint8_t>> rows;
+    const BlockQ4_0* w8[8];
+    for (int i = 0; i < 8; ++i) {
+      rows.push_back(random_weights(gguf::GgmlType::Q4_0, n, uint64_t(20 + i)));
+      w8[i] = reinterpret_cast<const BlockQ4_0*>(rows.back().data());
+    }
+    std::vector<Act> acts;
+    const BlockQ8_0* a8[8];
+    for (int t = 0; t < 8; ++t) {
+      acts.push_back(quantize_for(gguf::GgmlType::Q4_0, randn(size_t(n), uint64_t(200 + t))));
+      a8[t] = reinterpret_cast<const BlockQ8_0*>(acts.back().bytes.data());
+    }
+    for (const Kernels* k : all_tables())
+      for (int nt = 1; nt <= 8; ++nt) {
+        float out[64];
+        k->dot8_q4_0_q8_0_x8(n, w8, a8, nt, out);
+        for (int t = 0; t < nt; ++t)
+          for (int i = 0; i < 8; ++i)
+            EXPECT_EQ(bits(out[t * 8 + i]), bits(s.dot_q4_0_q8_0_x8(n, w8[i], a8[t])))
+                << k->name << " n=" << n << " nt=" << nt << " row " << i << " act " << t;
+      }
+  }
+}
+
+TEST(Kernels, FourRowQ4_KDotsMatchScalar) {
+  // Q4_K's four-row kernel has its own (batched) order, so its tables are checked against the scalar one and the
+  // single order within rounding.
   const Kernels& s = scalar_kernels();
   for (int64_t n : {int64_t(256), int64_t(1024), int64_t(256 * 7)}) {
-    const auto w0 = random_weights(gguf::GgmlType::Q4_0, n, 7);
     const auto wk = random_weights(gguf::GgmlType::Q4_K, n, 8);
-    std::vector<Act> a0, ak;
-    for (int t = 0; t < 4; ++t) {
-      const auto x = randn(size_t(n), uint64_t(100 + t));
-      a0.push_back(quantize_for(gguf::GgmlType::Q4_0, x));
-      ak.push_back(quantize_for(gguf::GgmlType::Q4_K, x));
-    }
-    const BlockQ8_0* p0[4];
+    std::vector<Act> ak;
+    for (int t = 0; t < 4; ++t) ak.push_back(quantize_for(gguf::GgmlType::Q4_K, randn(size_t(n), uint64_t(100 + t))));
     const BlockQ8_K* pk[4];
-    for (int t = 0; t < 4; ++t) {
-      p0[t] = reinterpret_cast<const BlockQ8_0*>(a0[size_t(t)].bytes.data());
-      pk[t] = reinterpret_cast<const BlockQ8_K*>(ak[size_t(t)].bytes.data());
-    }
+    for (int t = 0; t < 4; ++t) pk[t] = reinterpret_cast<const BlockQ8_K*>(ak[size_t(t)].bytes.data());
     float want[4];
     s.dot4_q4_k_q8_k_x8(n, reinterpret_cast<const BlockQ4_K*>(wk.data()), pk, want);
     for (const Kernels* k : all_tables()) {
-      float o0[4], ok[4];
-      k->dot4_q4_0_q8_0_x8(n, reinterpret_cast<const BlockQ4_0*>(w0.data()), p0, o0);
+      float ok[4];
       k->dot4_q4_k_q8_k_x8(n, reinterpret_cast<const BlockQ4_K*>(wk.data()), pk, ok);
       for (int t = 0; t < 4; ++t) {
-        EXPECT_EQ(bits(o0[t]), bits(s.dot_q4_0_q8_0_x8(n, reinterpret_cast<const BlockQ4_0*>(w0.data()), p0[t])))
-            << k->name << " n=" << n;
         EXPECT_EQ(bits(ok[t]), bits(want[t])) << k->name << " n=" << n;
         const float one = s.dot_q4_k_q8_k_x8(n, reinterpret_cast<const BlockQ4_K*>(wk.data()), pk[t]);
         EXPECT_NEAR(ok[t], one, 1e-5 * (1 + std::fabs(one))) << "n=" << n;

@@ -237,8 +237,45 @@ DF_AVX2 inline float x8_sum(int64_t n, const Block* w, const BlockQ8_0* a) {
 
 DF_AVX2 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) { return x8_sum(n, w, a); }
 
-DF_AVX2 void dot4_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
-  for (int t = 0; t < 4; ++t) out[t] = x8_sum(n, w, a[t]);
+// The eight rows' scales of block b as floats, lane i for row i.
+DF_AVX2 inline __m256 row_scales8(const BlockQ4_0* const w[8], int64_t b) {
+  alignas(16) uint16_t d[8];
+  for (int i = 0; i < 8; ++i) d[i] = w[i][b].d;
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d)));
+}
+
+template <int NT>
+DF_AVX2 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], float* out) {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    __m256i x[8];
+    for (int i = 0; i < 8; ++i) x[i] = unpack_q4_0(w[i][b].qs);
+    const __m256 dw = row_scales8(w, b);
+    for (int t = 0; t < NT; ++t) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t][b].qs));
+      __m256i v[8];
+      for (int i = 0; i < 8; ++i) v[i] = dot_i8(x[i], q);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums8(v)), _mm256_mul_ps(dw, _mm256_set1_ps(h2f(a[t][b].d))),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
+}
+
+DF_AVX2 void dot8_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], int nt, float* out) {
+  // Sixteen ymm registers hold eight unpacked rows and four accumulators at most: eight activation rows go as two
+  // groups of four.
+  if (nt > 4) {
+    dot8_x8<4>(n, w, a, out);
+    return dot8_q4_0_q8_0_x8(n, w, a + 4, nt - 4, out + 32);
+  }
+  switch (nt) {
+    case 1: return dot8_x8<1>(n, w, a, out);
+    case 2: return dot8_x8<2>(n, w, a, out);
+    case 3: return dot8_x8<3>(n, w, a, out);
+    default: return dot8_x8<4>(n, w, a, out);
+  }
 }
 
 DF_AVX2 float dot_iq4_nl_q8_0_x8(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) { return x8_sum(n, w, a); }
@@ -426,7 +463,7 @@ const Kernels* avx2_kernels() {
       .dot_f32_single = dot_f32_single,
       .dot_f16_single = dot_f16_single,
       .dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8,
-      .dot4_q4_0_q8_0_x8 = dot4_q4_0_q8_0_x8,
+      .dot8_q4_0_q8_0_x8 = dot8_q4_0_q8_0_x8,
       .dot_iq4_nl_q8_0_x8 = dot_iq4_nl_q8_0_x8,
       .dot_q4_k_q8_k_x8 = avx2::dot_q4_k_q8_k_x8,
       .dot4_q4_k_q8_k_x8 = avx2::dot4_q4_k_q8_k_x8,

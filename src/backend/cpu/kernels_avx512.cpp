@@ -138,8 +138,48 @@ DF_AVX512 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0*
   return s;
 }
 
-DF_AVX512 void dot4_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
-  for (int t = 0; t < 4; ++t) out[t] = dot_q4_0_q8_0_x8(n, w, a[t]);
+// Two rows per 512-bit register, the activation block broadcast to both halves; the bias term (8 * a) is the same
+// for all eight rows and is computed once per activation block.
+template <int NT>
+DF_AVX512 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], float* out) {
+  const __m512i bias = _mm512_set1_epi8(8), z = _mm512_setzero_si512();
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    __m512i u[4];
+    for (int p = 0; p < 4; ++p)
+      u[p] = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles_q4_0(w[2 * p][b].qs)), nibbles_q4_0(w[2 * p + 1][b].qs), 1);
+    alignas(16) uint16_t d[8];
+    for (int i = 0; i < 8; ++i) d[i] = w[i][b].d;
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d)));
+    for (int t = 0; t < NT; ++t) {
+      const __m512i q = _mm512_broadcast_i64x4(load32(a[t][b].qs));
+      const __m512i qb = _mm512_dpbusd_epi32(z, bias, q);
+      __m256i v[8];
+      for (int p = 0; p < 4; ++p) {
+        const __m512i l = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, u[p], q), qb);
+        v[2 * p] = _mm512_castsi512_si256(l);
+        v[2 * p + 1] = _mm512_extracti64x4_epi64(l, 1);
+      }
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums8(v)), _mm256_mul_ps(dw, _mm256_set1_ps(h2f(a[t][b].d))),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
+}
+
+DF_AVX512 void dot8_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], int nt,
+                                 float* out) {
+  switch (nt) {
+    case 1: return dot8_x8<1>(n, w, a, out);
+    case 2: return dot8_x8<2>(n, w, a, out);
+    case 3: return dot8_x8<3>(n, w, a, out);
+    case 4: return dot8_x8<4>(n, w, a, out);
+    case 5: return dot8_x8<5>(n, w, a, out);
+    case 6: return dot8_x8<6>(n, w, a, out);
+    case 7: return dot8_x8<7>(n, w, a, out);
+    default: return dot8_x8<8>(n, w, a, out);
+  }
 }
 
 DF_AVX512 void dot4_q8_0_q8_0(int64_t n, const BlockQ8_0* w, const BlockQ8_0* const a[4], float out[4]) {
@@ -171,7 +211,7 @@ const Kernels* avx512_kernels() {
     k.dot4_q4_0_q8_0 = dot4_q4_0_q8_0;
     k.dot4_q8_0_q8_0 = dot4_q8_0_q8_0;
     k.dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8;
-    k.dot4_q4_0_q8_0_x8 = dot4_q4_0_q8_0_x8;
+    k.dot8_q4_0_q8_0_x8 = dot8_q4_0_q8_0_x8;
     k.dot_q2_k_q8_k = avx512::dot_q2_k_q8_k;
     k.dot_q3_k_q8_k = avx512::dot_q3_k_q8_k;
     k.dot_q4_k_q8_k = avx512::dot_q4_k_q8_k;

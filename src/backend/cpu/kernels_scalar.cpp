@@ -164,8 +164,9 @@ float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a) {
   return dot_x8(n, w, a, [](const BlockQ4_0& x, int i) { return (i < 16 ? x.qs[i] & 0x0f : x.qs[i - 16] >> 4) - 8; });
 }
 
-void dot4_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]) {
-  for (int t = 0; t < 4; ++t) out[t] = dot_q4_0_q8_0_x8(n, w, a[t]);
+void dot8_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], int nt, float* out) {
+  for (int t = 0; t < nt; ++t)
+    for (int i = 0; i < 8; ++i) out[t * 8 + i] = dot_q4_0_q8_0_x8(n, w[i], a[t]);
 }
 
 float dot_iq4_nl_q8_0_x8(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
@@ -282,7 +283,7 @@ const Kernels& scalar_kernels() {
       .dot_f32_single = dot_f32_single,
       .dot_f16_single = dot_f16_single,
       .dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8,
-      .dot4_q4_0_q8_0_x8 = dot4_q4_0_q8_0_x8,
+      .dot8_q4_0_q8_0_x8 = dot8_q4_0_q8_0_x8,
       .dot_iq4_nl_q8_0_x8 = dot_iq4_nl_q8_0_x8,
       .dot_q4_k_q8_k_x8 = scalar::dot_q4_k_q8_k_x8,
       .dot4_q4_k_q8_k_x8 = scalar::dot4_q4_k_q8_k_x8,

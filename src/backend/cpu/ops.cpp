@@ -142,7 +142,8 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
   int64_t total_rows = 0;
   for (const auto& jb : jobs) total_rows += jb.n_tok > 0 ? jb.w->rows : 0;
   const int threads = ctx.pool ? ctx.pool->size() : 1;
-  const int64_t chunk = std::max<int64_t>(4, total_rows / (threads * 8));
+  // A multiple of 8, so that the 8-row kernels see whole groups.
+  const int64_t chunk = (std::max<int64_t>(8, total_rows / (threads * 8)) + 7) / 8 * 8;
   std::vector<std::pair<size_t, int64_t>> tasks;  // (job, first row)
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (jobs[i].n_tok <= 0) continue;
@@ -157,6 +158,28 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     const uint8_t* act = ctx.act.data() + act_off[ji];
     const int64_t r1 = std::min(w.rows, r0 + chunk);
     const DotOrder order = dot_order(jb);
+    if (w.type == GgmlType::Q4_0 && order.x8 && jb.n_tok > 1) {
+      // Eight rows at a time over tiles of activation rows that stay in the core's cache while the chunk's weight
+      // rows pass over them. One activation row (decode) stays with the single-row kernel, which unpacks two blocks
+      // per step and needs fewer instructions per weight block when nothing is shared.
+      constexpr int64_t kTile = 64;
+      for (int64_t t0 = 0; t0 < jb.n_tok; t0 += kTile) {
+        const int64_t t1 = std::min(jb.n_tok, t0 + kTile);
+        for (int64_t r = r0; r < r1; r += 8) {
+          const BlockQ4_0* w8[8];
+          for (int i = 0; i < 8; ++i) w8[i] = reinterpret_cast<const BlockQ4_0*>(w.row(r + i));
+          for (int64_t t = t0; t < t1; t += 8) {
+            const int nt = int(std::min<int64_t>(8, t1 - t));
+            const BlockQ8_0* a8[8];
+            for (int i = 0; i < nt; ++i) a8[i] = reinterpret_cast<const BlockQ8_0*>(act + (t + i) * arb);
+            float out[64];
+            k.dot8_q4_0_q8_0_x8(w.cols, w8, a8, nt, out);
+            for (int i = 0; i < nt; ++i) std::copy_n(out + 8 * i, 8, jb.y + (t + i) * w.rows + r);
+          }
+        }
+      }
+      return;
+    }
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* wr = w.row(r);
       int64_t t = 0;
@@ -175,8 +198,6 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
           float out[4];
           if (w.type == GgmlType::Q8_0) {
             k.dot4_q8_0_q8_0(w.cols, reinterpret_cast<const BlockQ8_0*>(wr), a4, out);
-          } else if (order.x8) {
-            k.dot4_q4_0_q8_0_x8(w.cols, reinterpret_cast<const BlockQ4_0*>(wr), a4, out);
           } else {
             k.dot4_q4_0_q8_0(w.cols, reinterpret_cast<const BlockQ4_0*>(wr), a4, out);
           }

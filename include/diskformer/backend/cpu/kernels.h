@@ -71,9 +71,12 @@ struct Kernels {
   // dot_f32_single's order on halves (ggml_vec_dot_f16), its tail summed in double: attention's scores, and f16
   // products with one activation row.
   float (*dot_f16_single)(int64_t n, const uint16_t* w, const uint16_t* a);
-  // The interleaved-matrix orders (above); dot4 as for dot4_q4_0_q8_0.
+  // The interleaved-matrix orders (above).
   float (*dot_q4_0_q8_0_x8)(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a);
-  void (*dot4_q4_0_q8_0_x8)(int64_t n, const BlockQ4_0* w, const BlockQ8_0* const a[4], float out[4]);
+  // Eight weight rows against nt (1 to 8) activation rows: out[t * 8 + i] equals dot_q4_0_q8_0_x8(n, w[i], a[t]) bit
+  // for bit. Each weight block is unpacked once for all nt rows and the eight rows' sums sit in the lanes of one
+  // vector, so the block-by-block multiply-adds of eight rows run side by side instead of one serial chain each.
+  void (*dot8_q4_0_q8_0_x8)(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], int nt, float* out);
   float (*dot_iq4_nl_q8_0_x8)(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
   float (*dot_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
   // Four activation rows against one Q4_K row in the order of llama.cpp's batched 8-row kernel (gemm): as the x8
