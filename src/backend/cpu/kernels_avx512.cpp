@@ -8,6 +8,9 @@
 #include "backend/cpu/kernels_impl.h"
 #include "diskformer/backend/cpu/kernels.h"
 
+
+
+
 #define DF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 namespace df::cpu {
@@ -143,9 +146,17 @@ DF_AVX512 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0*
 template <int NT>
 DF_AVX512 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], float* out) {
   const __m512i bias = _mm512_set1_epi8(8), z = _mm512_setzero_si512();
+  const ptrdiff_t stride = reinterpret_cast<const char*>(w[1]) - reinterpret_cast<const char*>(w[0]);
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK; ++b) {
+    // The eight rows are read block by block side by side, a pattern the hardware prefetcher does not follow
+    // (from DRAM it ran at a third of one row's speed): fetch the next eight rows, 144 bytes per block step, by hand.
+    // Where the rows are not one contiguous run the addresses are merely useless.
+    const char* next = reinterpret_cast<const char*>(w[7]) + stride + b * 144;
+    _mm_prefetch(next, _MM_HINT_T0);
+    _mm_prefetch(next + 64, _MM_HINT_T0);
+    _mm_prefetch(next + 128, _MM_HINT_T0);
     __m512i u[4];
     for (int p = 0; p < 4; ++p)
       u[p] = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles_q4_0(w[2 * p][b].qs)), nibbles_q4_0(w[2 * p + 1][b].qs), 1);

@@ -158,10 +158,9 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     const uint8_t* act = ctx.act.data() + act_off[ji];
     const int64_t r1 = std::min(w.rows, r0 + chunk);
     const DotOrder order = dot_order(jb);
-    if (w.type == GgmlType::Q4_0 && order.x8 && jb.n_tok > 1) {
-      // Eight rows at a time over tiles of activation rows that stay in the core's cache while the chunk's weight
-      // rows pass over them. One activation row (decode) stays with the single-row kernel, which unpacks two blocks
-      // per step and needs fewer instructions per weight block when nothing is shared.
+    if (w.type == GgmlType::Q4_0 && order.x8) {
+      // Eight rows at a time (their sums in the lanes of one vector), over tiles of activation rows that stay in
+      // the core's cache while the chunk's weight rows pass over them.
       constexpr int64_t kTile = 64;
       for (int64_t t0 = 0; t0 < jb.n_tok; t0 += kTile) {
         const int64_t t1 = std::min(jb.n_tok, t0 + kTile);
