@@ -6,10 +6,15 @@
 
 namespace df::model {
 
-namespace {
-// Stand-ins until the first measurement: a PCIe 5 x16 link, and 16 cores reading expert weights.
-constexpr double kCopyGuess = 1.0 / 50e9, kCpuGuess = 1.0 / 20e9;
-}  // namespace
+void CpuRate::add(double seconds, uint64_t bytes, bool warm) {
+  if (bytes == 0) return;
+  const double rate = seconds / double(bytes);
+  if (warm) {
+    s_per_byte_ = s_per_byte_ > 0 ? 0.75 * s_per_byte_ + 0.25 * rate : rate;
+  } else if (rate < (s_per_byte_ > 0 ? s_per_byte_ : kCpuGuessSPerByte)) {
+    s_per_byte_ = rate;
+  }
+}
 
 int64_t cpu_share_count(int64_t missed, double cpu, double copy) {
   int64_t best = 0;
@@ -45,8 +50,8 @@ void schedule_moe(const MoeStep& s, MoeSchedule& out) {
   out.missed = int64_t(missed.size());
   if (s.cpu_share && s.n_tok == 1 && !missed.empty()) {
     const double bytes = double(s.record_bytes);
-    const double copy = bytes * (s.copy_s_per_byte > 0 ? s.copy_s_per_byte : kCopyGuess);
-    const double cpu = bytes * (s.cpu_s_per_byte > 0 ? s.cpu_s_per_byte : kCpuGuess);
+    const double copy = bytes * (s.copy_s_per_byte > 0 ? s.copy_s_per_byte : kCopyGuessSPerByte);
+    const double cpu = bytes * (s.cpu_s_per_byte > 0 ? s.cpu_s_per_byte : kCpuGuessSPerByte);
     const int64_t c = std::max<int64_t>(cpu_share_count(int64_t(missed.size()), cpu, copy),
                                         std::min<int64_t>(s.min_cpu, int64_t(missed.size()) - 1));
     // The last missed ones in routing order that RAM holds (the CPU never waits for the disk).

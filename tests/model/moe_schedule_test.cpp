@@ -101,5 +101,28 @@ TEST(MoeSchedule, ReadsAheadGoToTheTierThatLacksThem) {
   EXPECT_TRUE(s.prefetch_ram.empty());
 }
 
+TEST(CpuRate, ASampleFromSleepingThreadsNeverRaisesTheEstimate) {
+  CpuRate r;
+  // Cold and slower than the stand-in: the stand-in stays.
+  r.add(1e-3, 1'000'000, /*warm=*/false);
+  EXPECT_EQ(r.s_per_byte(), 0);
+  // Cold and faster than the stand-in: taken.
+  r.add(1e-5, 1'000'000, /*warm=*/false);
+  EXPECT_DOUBLE_EQ(r.s_per_byte(), 1e-11);
+  // Cold and slower than the estimate: ignored; faster: taken.
+  r.add(1e-4, 1'000'000, /*warm=*/false);
+  EXPECT_DOUBLE_EQ(r.s_per_byte(), 1e-11);
+  r.add(5e-6, 1'000'000, /*warm=*/false);
+  EXPECT_DOUBLE_EQ(r.s_per_byte(), 5e-12);
+  // Warm samples move it either way, a quarter of the way at a time.
+  r.add(9e-6, 1'000'000, /*warm=*/true);
+  EXPECT_DOUBLE_EQ(r.s_per_byte(), 0.75 * 5e-12 + 0.25 * 9e-12);
+  CpuRate w;
+  w.add(1e-3, 1'000'000, /*warm=*/true);  // the first warm sample is taken whole, slow or not
+  EXPECT_DOUBLE_EQ(w.s_per_byte(), 1e-9);
+  w.add(1.0, 0, /*warm=*/true);  // nothing computed: nothing learned
+  EXPECT_DOUBLE_EQ(w.s_per_byte(), 1e-9);
+}
+
 }  // namespace
 }  // namespace df::model

@@ -18,6 +18,9 @@
 
 namespace df::model {
 
+// The rates that stand in until one is measured: a PCIe 5 x16 link, and 16 cores reading expert weights.
+inline constexpr double kCopyGuessSPerByte = 1.0 / 50e9, kCpuGuessSPerByte = 1.0 / 20e9;
+
 struct MoeStep {
   std::span<const int32_t> ids;  // [n_tok][n_used]: the router's choices
   int32_t n_tok = 0, n_used = 0, n_expert = 0;
@@ -28,8 +31,8 @@ struct MoeStep {
   std::function<bool(int32_t)> resident;  // expert e is in the compute tier now (nullptr: none is)
   std::function<bool(int32_t)> in_ram;    // expert e is in RAM now, for the CPU to read (nullptr: all are)
   uint64_t record_bytes = 0;     // of one expert
-  double copy_s_per_byte = 0;    // into the compute tier, as measured (0: not yet; a guess of 50 GB/s stands in)
-  double cpu_s_per_byte = 0;     // the CPU computing an expert, per weight byte (0: not yet; 20 GB/s stands in)
+  double copy_s_per_byte = 0;    // into the compute tier, as measured (0: not yet; kCopyGuessSPerByte stands in)
+  double cpu_s_per_byte = 0;     // the CPU computing an expert, per weight byte (0: not yet; kCpuGuessSPerByte stands in)
   // At least this many of the missed experts go to the CPU (where it may share): a rate measured once too slow
   // (a cold pool, a busy machine) would otherwise never be measured again.
   int32_t min_cpu = 0;
@@ -46,6 +49,19 @@ struct MoeSchedule {
   std::vector<int32_t> cpu;       // experts the CPU computes, in routing order
   std::vector<int32_t> prefetch_compute, prefetch_ram;  // the next layer's reads ahead per tier
   int64_t missed = 0;             // distinct experts the compute tier did not hold (the CPU's share included)
+};
+
+// The CPU's time per expert byte, from the shares it computed. A share that found the CPU's threads asleep (`warm`
+// false) paid their wake-ups and cold caches: such a sample only ever looks slower than shares computed layer after
+// layer, so it may lower the estimate but never raise it. Taken whole, one of them cut the share to nothing, and the
+// occasional one-expert samples that followed were cold again: decode stayed at the link's speed.
+class CpuRate {
+ public:
+  double s_per_byte() const { return s_per_byte_; }  // 0 until measured (kCpuGuessSPerByte stands in)
+  void add(double seconds, uint64_t bytes, bool warm);
+
+ private:
+  double s_per_byte_ = 0;
 };
 
 // Fills `out` (its vectors are reused from call to call).

@@ -10,9 +10,6 @@
 namespace df::cpu {
 
 namespace {
-// A forward pass issues jobs back to back with short serial work between them: a worker that slept would need a
-// futex wake (tens of microseconds) per job, so it spins this long before sleeping.
-constexpr auto kSpinTime = std::chrono::milliseconds(2);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -160,7 +160,7 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
        .resident = [&](int32_t e) { return tier.contains(il, e); },
        .in_ram = ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(il, e); }),
        .record_bytes = layout.record_bytes, .copy_s_per_byte = tier.copy_s_per_byte(),
-       .cpu_s_per_byte = cpu_s_per_byte_,
+       .cpu_s_per_byte = cpu_rate_.s_per_byte(),
        // Every couple of tokens without a share, one expert measures the CPU's rate again.
        .min_cpu = split && since_cpu_ >= 2 * s.n_layer ? 1 : 0,
        .guess = guessed ? std::span<const int32_t>(ids + nk, size_t(K)) : std::span<const int32_t>(),
@@ -311,9 +311,11 @@ void RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, bool packed) {
   reserve_pinned(cpu_out_host_, uint64_t(K) * E * 4);
   float* out = reinterpret_cast<float*>(cpu_out_host_.data());
   cpu::expert_products(*st.cpu, ew, first, cpu_in_.data(), out, cpu_scratch_);
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double rate = dt / double(C * int64_t(layout.record_bytes));
-  cpu_s_per_byte_ = cpu_s_per_byte_ > 0 ? 0.75 * cpu_s_per_byte_ + 0.25 * rate : rate;
+  const auto t1 = std::chrono::steady_clock::now();
+  // The pool's threads still spin if the last share ended less than their spin time ago.
+  cpu_rate_.add(std::chrono::duration<double>(t1 - t0).count(), uint64_t(C) * layout.record_bytes,
+                /*warm=*/t0 - cpu_done_ < cpu::ThreadPool::kSpinTime);
+  cpu_done_ = t1;
   cpu_count_ += uint64_t(C);
   if (packed) {
     DF_CUDA_CHECK(cudaMemcpyAsync(at<float>(Buf::expert_out), out, C * E * 4, cudaMemcpyHostToDevice, m_.stream));

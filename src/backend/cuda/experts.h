@@ -9,6 +9,7 @@
 //     the GPU copies and multiplies the rest; their rows join the GPU's before the combine.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -59,7 +60,8 @@ class RoutedExperts {
   std::vector<float> cpu_in_;  // the normed row once per CPU expert
   cpu::ExpertScratch cpu_scratch_;
   bool guessed_ = false;       // Buf::guess holds the next layer's guess (decode, streamed)
-  double cpu_s_per_byte_ = 0;  // measured: the CPU's time per expert byte
+  model::CpuRate cpu_rate_;
+  std::chrono::steady_clock::time_point cpu_done_{};  // when the CPU last finished a share
   uint32_t since_cpu_ = 0;     // decode layers with misses and no CPU share since the CPU last computed one
   uint64_t cpu_count_ = 0;     // experts the CPU computed
 };

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -15,6 +16,10 @@ namespace df::cpu {
 
 class ThreadPool {
  public:
+  // A forward pass issues jobs back to back with short serial work between them: a worker that slept would need a
+  // futex wake (tens of microseconds) per job, so it spins this long before sleeping.
+  static constexpr std::chrono::milliseconds kSpinTime{2};
+
   explicit ThreadPool(int n_threads);  // n_threads counts the caller; 1 = no workers
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
