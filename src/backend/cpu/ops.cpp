@@ -131,11 +131,25 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     act_off[i + 1] = act_off[i] + act_row_bytes(jobs[i].w->type, jobs[i].w->cols) * uint64_t(jobs[i].n_tok);
   }
   if (ctx.act.size() < act_off.back()) ctx.act.resize(act_off.back());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const auto& jb = jobs[i];
+  // Converted in parallel, a row range per task: a prefill batch has thousands of rows (the routed experts' copies
+  // of their tokens), which one thread would convert while the others wait.
+  int64_t n_rows = 0;
+  for (const auto& jb : jobs) n_rows += std::max<int64_t>(jb.n_tok, 0);
+  const int64_t act_chunk = 16;
+  std::vector<std::pair<size_t, int64_t>> act_tasks;  // (job, first row)
+  for (size_t i = 0; i < jobs.size(); ++i)
+    for (int64_t t = 0; t < jobs[i].n_tok; t += act_chunk) act_tasks.push_back({i, t});
+  auto convert = [&](int64_t ti) {
+    const auto [ji, t0] = act_tasks[size_t(ti)];
+    const auto& jb = jobs[ji];
     const uint64_t arb = act_row_bytes(jb.w->type, jb.w->cols);
-    for (int64_t t = 0; t < jb.n_tok; ++t)
-      convert_act(k, jb.w->type, jb.x + t * jb.w->cols, jb.w->cols, ctx.act.data() + act_off[i] + t * arb);
+    for (int64_t t = t0; t < std::min(jb.n_tok, t0 + act_chunk); ++t)
+      convert_act(k, jb.w->type, jb.x + t * jb.w->cols, jb.w->cols, ctx.act.data() + act_off[ji] + t * arb);
+  };
+  if (n_rows > act_chunk) {
+    ctx.parallel(int64_t(act_tasks.size()), convert);
+  } else {
+    for (int64_t ti = 0; ti < int64_t(act_tasks.size()); ++ti) convert(ti);
   }
   // Row chunks of all jobs in one task list: enough tasks to balance the threads, each long enough to amortize
   // its start.

@@ -1,6 +1,7 @@
 #include "diskformer/backend/cpu/routed_experts.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 
 namespace df::cpu {
@@ -61,17 +62,26 @@ Status routed_expert_rows(Context& ctx, const RoutedLayer& l, const Routing& r, 
     const uint64_t rows = uint64_t(first.back());
     if (sc.gather.size() < rows * E) sc.gather.resize(rows * E);
     if (sc.down.size() < rows * E) sc.down.resize(rows * E);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const auto& u = r.users[ids[i]];
+    // The copies in and out are tens of MB for a prefill batch: one expert per task (decode's few rows stay on
+    // this thread rather than wake the pool).
+    auto per_expert = [&](const std::function<void(int64_t)>& fn) {
+      if (rows > 64) {
+        ctx.parallel(int64_t(ids.size()), fn);
+      } else {
+        for (int64_t i = 0; i < int64_t(ids.size()); ++i) fn(i);
+      }
+    };
+    per_expert([&](int64_t i) {
+      const auto& u = r.users[ids[size_t(i)]];
       for (size_t j = 0; j < u.size(); ++j)
-        std::copy_n(in + u[j].first * E, E, sc.gather.data() + (first[i] + int64_t(j)) * E);
-    }
+        std::copy_n(in + u[j].first * E, E, sc.gather.data() + (first[size_t(i)] + int64_t(j)) * E);
+    });
     expert_products(ctx, ew, first, sc.gather.data(), sc.down.data(), sc.experts, l.act);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const auto& u = r.users[ids[i]];
+    per_expert([&](int64_t i) {
+      const auto& u = r.users[ids[size_t(i)]];
       for (size_t j = 0; j < u.size(); ++j)
-        std::copy_n(sc.down.data() + (first[i] + int64_t(j)) * E, E, out + (u[j].first * K + u[j].second) * E);
-    }
+        std::copy_n(sc.down.data() + (first[size_t(i)] + int64_t(j)) * E, E, out + (u[j].first * K + u[j].second) * E);
+    });
   }
   return {};
 }
