@@ -6,11 +6,31 @@ namespace df::cuda {
 
 namespace {
 constexpr uint64_t kQ8Bytes = 34;  // one Q8_0 block: f16 scale + 32 int8
-bool quantized(gguf::GgmlType t) { return t == gguf::GgmlType::Q4_0 || t == gguf::GgmlType::Q8_0; }
+// The tensor-core types (mmq.cu).
+bool mma_type(gguf::GgmlType t) { return t == gguf::GgmlType::Q4_0 || t == gguf::GgmlType::Q8_0; }
 }  // namespace
 
+bool q8_activation_type(gguf::GgmlType t) {
+  using gguf::GgmlType;
+  switch (t) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS: return true;
+    default: return false;
+  }
+}
+
 uint64_t q8_scratch_bytes(gguf::GgmlType t, int64_t cols, int64_t n_vec) {
-  return quantized(t) ? uint64_t(cols / 32) * kQ8Bytes * uint64_t(n_vec) : 0;
+  return q8_activation_type(t) ? uint64_t(cols / 32) * kQ8Bytes * uint64_t(n_vec) : 0;
 }
 
 uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx) {
@@ -27,7 +47,7 @@ int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots) {
   return n_slots / std::max(tile_slots, 1) + std::min<int64_t>(n_expert, n_slots);
 }
 
-int32_t moe_tile_slots(gguf::GgmlType t) { return quantized(t) ? 32 : 8; }
+int32_t moe_tile_slots(gguf::GgmlType t) { return mma_type(t) ? 32 : 8; }
 
 const char* buf_name(Buf b) {
   static const char* const names[kBufCount] = {

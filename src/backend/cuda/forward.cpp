@@ -32,7 +32,7 @@ const uint8_t* Forward::norm_input(const float* x, const float* weight, int64_t 
   const int64_t E = s.n_embd;
   bool q8 = ws.size() > 0;
   for (const model::Mat* w : ws)
-    q8 = q8 && (w->type == gguf::GgmlType::Q4_0 || w->type == gguf::GgmlType::Q8_0) && w->cols == E;
+    q8 = q8 && q8_activation_type(w->type) && w->cols == E;
   if (!q8) {
     rms_norm({.x = x, .weight = weight, .y = at<float>(Buf::xn), .n_rows = n, .cols = E, .eps = s.norm_eps,
               .stream = m_.stream});

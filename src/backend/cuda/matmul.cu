@@ -2,6 +2,10 @@
 // per block column (the weight row is read once per tile), lane partial sums reduced over the warp.
 //   - Q4_0 / Q8_0: activations pre-quantized to Q8_0 (quantize.cu), integer dot products per 32-block (dp4a, exact),
 //     scaled by d_w * d_a and accumulated in f32: only the float accumulation order differs from the CPU's.
+//   - the K-quants, IQ4 and Q4_1 / Q5_0 / Q5_1 (kquant.cuh): the same Q8_0 activations, each 32-element piece of a
+//     weight row decoded to codes, per-half scales and offsets; integer dot products (and code sums for the offsets)
+//     per half, scaled in f32. The CPU quantizes these products' activations to Q8_K super-blocks instead, so they
+//     agree within the activations' rounding, not bit for bit.
 //   - F16 / BF16: activations rounded to f16 / bf16 as the CPU converts them, f32 fused multiply-adds.
 //   - F32: f32 fused multiply-adds.
 // Float weights for a few vectors take a block per row (float_matvec_kernel); F32 batches go to cuBLAS (blas.cpp).
@@ -9,6 +13,7 @@
 // batches go to the tensor-core kernel of mmq.cu instead.
 #include "backend/cuda/blas.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kquant.cuh"
 #include "backend/cuda/mmq.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
@@ -58,6 +63,21 @@ __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ w, int64_t c
 #pragma unroll
           for (int k = 0; k < 8; ++k) p = __dp4a(wq[k], dev::load_i32_a2(ab + 2 + 4 * k), p);
           acc[j] = fmaf(dw * da, float(p), acc[j]);
+        }
+      }
+    }
+  } else if constexpr (kq::piece_type(T)) {
+    const int64_t np = cols / dev::kQK;
+    for (int64_t p = lane; p < np; p += 32) {
+      const kq::Piece wp = kq::piece<T>(w, p);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (j < nt) {
+          const uint8_t* ab = act + j * act_stride + p * dev::kQ8Bytes;
+          int a[8];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) a[k] = dev::load_i32_a2(ab + 2 + 4 * k);
+          acc[j] += kq::piece_dot<T>(wp, a, dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(ab)));
         }
       }
     }
@@ -217,13 +237,19 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* _
   xg[idx] = x[int64_t(order[i] / div) * cols + c];
 }
 
-bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+// The types whose products take Q8_0 activations; only Q4_0 and Q8_0 have the tensor-core kernels (mma_type).
+bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || kq::piece_type(t); }
+bool mma_type(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
 
 void check_mat(const model::Mat& w) {
   DF_CHECK(w.data != nullptr && matmul_type_supported(w.type));
   DF_CHECK(w.rows > 0 && w.cols > 0);
-  const uint64_t min_row = quantized(w.type) ? uint64_t(w.cols / 32) * (w.type == GgmlType::Q4_0 ? 18 : 34)
-                                             : uint64_t(w.cols) * (w.type == GgmlType::F32 ? 4 : 2);
+  uint64_t min_row = uint64_t(w.cols) * (w.type == GgmlType::F32 ? 4 : 2);
+  if (mma_type(w.type)) min_row = uint64_t(w.cols / 32) * (w.type == GgmlType::Q4_0 ? 18 : 34);
+  if (kq::piece_type(w.type)) {
+    DF_CHECK(w.cols % kq::block_elems(w.type) == 0);
+    min_row = uint64_t(w.cols / kq::block_elems(w.type)) * kq::block_bytes(w.type);
+  }
   if (quantized(w.type)) DF_CHECK(w.cols % 32 == 0);
   DF_CHECK(w.row_bytes >= min_row);
   // The kernels read 2-byte words of the rows: they must start at even addresses.
@@ -253,7 +279,7 @@ std::pair<const uint8_t*, uint64_t> prepare_act(GgmlType t, const float* x, int6
 
 bool matmul_type_supported(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0;
+         t == GgmlType::Q4_0 || kq::piece_type(t);
 }
 
 void matmul(const MatmulArgs& a) {
@@ -294,7 +320,7 @@ void matmul(const MatmulArgs& a) {
   auto [act, stride] = quantized(a.w.type) && a.x_q8 != nullptr
                            ? std::pair<const uint8_t*, uint64_t>{a.x_q8, uint64_t(a.w.cols / 32) * dev::kQ8Bytes}
                            : prepare_act(a.w.type, a.x, a.w.cols, a.n_tok, a.scratch, a.stream);
-  if (quantized(a.w.type) && a.use_mma && a.n_tok >= kMmaMinTokens) {
+  if (mma_type(a.w.type) && a.use_mma && a.n_tok >= kMmaMinTokens) {
     mmq::dense(a.w, act, stride, a.n_tok, a.y, a.stream);
     return;
   }
@@ -308,6 +334,16 @@ void matmul(const MatmulArgs& a) {
     break;
     DF_MATMUL_CASE(GgmlType::Q4_0)
     DF_MATMUL_CASE(GgmlType::Q8_0)
+    DF_MATMUL_CASE(GgmlType::Q4_1)
+    DF_MATMUL_CASE(GgmlType::Q5_0)
+    DF_MATMUL_CASE(GgmlType::Q5_1)
+    DF_MATMUL_CASE(GgmlType::IQ4_NL)
+    DF_MATMUL_CASE(GgmlType::Q2_K)
+    DF_MATMUL_CASE(GgmlType::Q3_K)
+    DF_MATMUL_CASE(GgmlType::Q4_K)
+    DF_MATMUL_CASE(GgmlType::Q5_K)
+    DF_MATMUL_CASE(GgmlType::Q6_K)
+    DF_MATMUL_CASE(GgmlType::IQ4_XS)
     DF_MATMUL_CASE(GgmlType::F16)
     DF_MATMUL_CASE(GgmlType::BF16)
     DF_MATMUL_CASE(GgmlType::F32)
@@ -338,6 +374,16 @@ void moe_matmul(const MoeMatmulArgs& a) {
     break;
     DF_MOE_CASE(GgmlType::Q4_0)
     DF_MOE_CASE(GgmlType::Q8_0)
+    DF_MOE_CASE(GgmlType::Q4_1)
+    DF_MOE_CASE(GgmlType::Q5_0)
+    DF_MOE_CASE(GgmlType::Q5_1)
+    DF_MOE_CASE(GgmlType::IQ4_NL)
+    DF_MOE_CASE(GgmlType::Q2_K)
+    DF_MOE_CASE(GgmlType::Q3_K)
+    DF_MOE_CASE(GgmlType::Q4_K)
+    DF_MOE_CASE(GgmlType::Q5_K)
+    DF_MOE_CASE(GgmlType::Q6_K)
+    DF_MOE_CASE(GgmlType::IQ4_XS)
     DF_MOE_CASE(GgmlType::F16)
     DF_MOE_CASE(GgmlType::BF16)
     DF_MOE_CASE(GgmlType::F32)
@@ -355,7 +401,7 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
   const int64_t max_tiles = moe_max_tiles(a.n_slots, a.n_expert, a.tile_slots);
   if (a.tile_slots > kTile) {
     // Tensor cores: the inputs quantized once in their own order (per token or per slot) and read by index.
-    DF_CHECK(quantized(a.w.type));
+    DF_CHECK(mma_type(a.w.type));
     const int64_t n_in = a.x_per_slot ? a.n_slots : a.n_slots / a.n_used;
     DF_CHECK(a.x_q8 != nullptr || a.x != nullptr);
     auto [act, stride] = a.x_q8 != nullptr
@@ -388,6 +434,16 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
     break;
     DF_GROUPED_CASE(GgmlType::Q4_0)
     DF_GROUPED_CASE(GgmlType::Q8_0)
+    DF_GROUPED_CASE(GgmlType::Q4_1)
+    DF_GROUPED_CASE(GgmlType::Q5_0)
+    DF_GROUPED_CASE(GgmlType::Q5_1)
+    DF_GROUPED_CASE(GgmlType::IQ4_NL)
+    DF_GROUPED_CASE(GgmlType::Q2_K)
+    DF_GROUPED_CASE(GgmlType::Q3_K)
+    DF_GROUPED_CASE(GgmlType::Q4_K)
+    DF_GROUPED_CASE(GgmlType::Q5_K)
+    DF_GROUPED_CASE(GgmlType::Q6_K)
+    DF_GROUPED_CASE(GgmlType::IQ4_XS)
     DF_GROUPED_CASE(GgmlType::F16)
     DF_GROUPED_CASE(GgmlType::BF16)
     DF_GROUPED_CASE(GgmlType::F32)

@@ -11,6 +11,9 @@
 
 namespace df::cuda {
 
+// The weight types whose products take Q8_0 activations: Q4_0, Q8_0, the K-quants, IQ4_NL, IQ4_XS, Q4_1, Q5_0, Q5_1.
+bool q8_activation_type(gguf::GgmlType weight_type);
+
 // Q8_0 activations of a product with `cols` columns over n_vec input vectors (34-byte blocks of 32); 0 for float
 // weight types, which take f32, f16 or bf16 activations converted in place.
 uint64_t q8_scratch_bytes(gguf::GgmlType weight_type, int64_t cols, int64_t n_vec);

@@ -18,7 +18,10 @@ namespace df::cuda {
 
 // Workspace sizes (q8_scratch_bytes, attention_work_bytes, moe_max_tiles, moe_tile_slots) are in buffers.h.
 
-// Weight types the matrix products take: F32, F16, BF16, Q8_0, Q4_0.
+// Weight types the matrix products (and get_rows) take: F32, F16, BF16, Q8_0, Q4_0, and the types whose 32-element
+// pieces kquant.cuh decodes: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (rows a multiple of 256), IQ4_NL, Q4_1, Q5_0,
+// Q5_1 (of 32). Those take the Q8_0 activations too (q8_activation_type) and the warp-per-row kernels at every
+// n_tok, routed experts included (tiles of 8 slots); the fused decode kernels and the tensor cores are Q4_0/Q8_0's.
 bool matmul_type_supported(gguf::GgmlType t);
 
 // x [n_rows][cols] f32 -> y [n_rows][cols / 32] Q8_0 blocks (34 bytes each), exactly as cpu::Kernels::quantize_q8_0.

@@ -1,0 +1,252 @@
+// The K-quant, IQ4 and offset weight types (Q2_K .. Q6_K, IQ4_NL, IQ4_XS, Q4_1, Q5_0, Q5_1) on CUDA, each against
+// the CPU's dequantized weights (cpu::dequantize_row). The GPU quantizes the activations to Q8_0 blocks of 32 and
+// decodes each 32-element piece of a weight row to integer codes with per-half scales and offsets, so its products
+// equal the dot product of the dequantized weights with the Q8_0-rounded activations up to the f32 rounding of the
+// per-piece scaling and the summation order. The reference here is that dot product in double, and the tolerance
+// 2^-14 of the sum of the terms' magnitudes (codes times scales and offsets, each taken as the larger of the two
+// halves' scale or offset), which is far above f32 summation errors and far below a wrongly decoded code or scale.
+// Every case prints its worst difference against that tolerance and the number of rows outside it, and against the
+// CPU engine's own product (llama.cpp's, with Q8_K activations) for information.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "diskformer/backend/cpu/dequant.h"
+#include "diskformer/backend/cpu/ops.h"
+#include "gpu/gpu_support.h"
+#include "gpu/kernel_support.h"
+
+namespace df::test {
+namespace {
+
+using gguf::GgmlType;
+
+const GgmlType kTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,   GgmlType::Q3_K,
+                           GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::IQ4_NL, GgmlType::Q4_1,
+                           GgmlType::Q5_0, GgmlType::Q5_1};
+
+std::string type_param_name(const ::testing::TestParamInfo<GgmlType>& i) { return std::string(gguf::type_name(i.param)); }
+
+// x rounded as the GPU's Q8_0 activations hold it (cpu::quantize_q8_0 is bit for bit the GPU's quantizer).
+std::vector<float> q8_round(const std::vector<float>& x) {
+  std::vector<cpu::BlockQ8_0> q(x.size() / 32);
+  cpu::scalar_kernels().quantize_q8_0(x.data(), q.data(), int64_t(x.size()));
+  std::vector<float> out(x.size());
+  cpu::dequantize_row(GgmlType::Q8_0, reinterpret_cast<const uint8_t*>(q.data()), int64_t(x.size()), out.data());
+  return out;
+}
+
+// Row r of w dequantized by the CPU.
+std::vector<float> cpu_row(const HostMat& w, int64_t r) {
+  std::vector<float> out(w.cols);
+  cpu::dequantize_row(w.type, w.bytes.data() + r * w.row_bytes, w.cols, out.data());
+  return out;
+}
+
+// The reference dot and its tolerance: the dequantized row with the Q8_0-rounded activations, in double. The scale
+// of the terms: each 16-element half's weights spread around its offset, so a term's magnitude is bounded by
+// (|w_i| + max |w| of its half) * |x_i|.
+struct Ref {
+  double dot = 0, tol = 0;
+};
+Ref reference(const std::vector<float>& w, const float* xq) {
+  Ref r;
+  double mag = 0;
+  for (size_t h = 0; h < w.size(); h += 16) {
+    float wmax = 0;
+    for (size_t i = h; i < h + 16; ++i) wmax = std::max(wmax, std::fabs(w[i]));
+    for (size_t i = h; i < h + 16; ++i) {
+      r.dot += double(w[i]) * double(xq[i]);
+      mag += (double(std::fabs(w[i])) + wmax) * std::fabs(double(xq[i]));
+    }
+  }
+  r.tol = std::ldexp(mag, -14) + 1e-6;
+  return r;
+}
+
+// One case's summary line and failure count.
+struct Tally {
+  const char* what;
+  GgmlType type;
+  double worst = 0, max_abs = 0, max_abs_cpu = 0;
+  int64_t bad = 0, n = 0;
+  void add(double got, const Ref& ref, double cpu_engine = NAN) {
+    const double d = std::fabs(got - ref.dot);
+    worst = std::max(worst, d / ref.tol);
+    max_abs = std::max(max_abs, d);
+    if (!std::isnan(cpu_engine)) max_abs_cpu = std::max(max_abs_cpu, std::fabs(got - cpu_engine));
+    bad += !(d <= ref.tol);  // NaN counts as bad
+    ++n;
+  }
+  void report(const std::string& shape) const {
+    std::printf("[kquant] %-14s %-6s %s: max abs err %.3g (worst %.3f of tolerance), %lld of %lld outside; "
+                "max abs diff to the CPU engine %.3g\n",
+                what, std::string(gguf::type_name(type)).c_str(), shape.c_str(), max_abs, worst, (long long)bad,
+                (long long)n, max_abs_cpu);
+    EXPECT_EQ(bad, 0) << what << " " << gguf::type_name(type) << " " << shape;
+  }
+};
+
+class CudaKQuant : public ::testing::TestWithParam<GgmlType> {};
+
+// Dequantized rows (the embedding lookup) equal the CPU's bit for bit.
+TEST_P(CudaKQuant, GetRowsEqualCpuDequantize) {
+  DF_REQUIRE_GPU();
+  const GgmlType t = GetParam();
+  const int64_t rows = 9, cols = 512;
+  const HostMat w = random_mat(t, rows, cols, 21);
+  cuda::DeviceBuffer dw(w.bytes.size());
+  dw.upload(w.bytes.data(), w.bytes.size());
+  const std::vector<int32_t> ids = {3, 0, 8, 3, 5};
+  auto dids = cuda::to_device(ids);
+  cuda::DeviceBuffer out(ids.size() * cols * 4);
+  cuda::get_rows({.table = dmat(w, dw), .ids = dids.as<int32_t>(), .n = int64_t(ids.size()), .out = out.as<float>()});
+  auto got = download<float>(out, ids.size() * cols);
+  int64_t bad = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto want = cpu_row(w, ids[i]);
+    for (int64_t c = 0; c < cols; ++c) bad += !(got[i * cols + c] == want[c]);
+  }
+  std::printf("[kquant] get_rows       %-6s: %lld of %lld elements differ\n", std::string(gguf::type_name(t)).c_str(),
+              (long long)bad, (long long)(ids.size() * cols));
+  EXPECT_EQ(bad, 0);
+}
+
+// matmul for a decode vector, a few decode vectors, a small batch and a prefill batch (n_tok >= kMmaMinTokens).
+TEST_P(CudaKQuant, MatmulMatchesTheDequantizedReference) {
+  DF_REQUIRE_GPU();
+  const GgmlType t = GetParam();
+  const int64_t rows = 75, cols = 1024;
+  const HostMat w = random_mat(t, rows, cols, 22);
+  std::vector<std::vector<float>> wr(rows);
+  for (int64_t r = 0; r < rows; ++r) wr[r] = cpu_row(w, r);
+  cuda::DeviceBuffer dw(w.bytes.size());
+  dw.upload(w.bytes.data(), w.bytes.size());
+  auto ctx = scalar_context();
+  for (int64_t n_tok : {int64_t(1), int64_t(3), int64_t(7), int64_t(40)}) {
+    const auto x = random_floats(n_tok * cols, 23 + uint32_t(n_tok), -2.0f, 2.0f);
+    const auto xq = q8_round(x);
+    std::vector<float> cpu_engine(n_tok * rows);
+    cpu::matmul(ctx, w.mat(), x.data(), n_tok, cpu_engine.data());
+    auto dx = cuda::to_device(x);
+    cuda::DeviceBuffer dy(n_tok * rows * 4);
+    cuda::DeviceBuffer scratch(std::max<uint64_t>(1, cuda::q8_scratch_bytes(t, cols, n_tok)));
+    cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = n_tok, .y = dy.as<float>(),
+                  .scratch = scratch.as<uint8_t>()});
+    auto got = download<float>(dy, n_tok * rows);
+    Tally tally{"matmul", t};
+    for (int64_t j = 0; j < n_tok; ++j)
+      for (int64_t r = 0; r < rows; ++r)
+        tally.add(got[j * rows + r], reference(wr[r], xq.data() + j * cols), cpu_engine[j * rows + r]);
+    tally.report(std::to_string(rows) + "x" + std::to_string(cols) + " n_tok " + std::to_string(n_tok));
+    // Activations quantized once and shared (the forward's q/k/v and gate/up): the same results bit for bit.
+    cuda::DeviceBuffer xq8(cuda::q8_scratch_bytes(t, cols, n_tok)), dy2(n_tok * rows * 4);
+    cuda::quantize_q8_0({.x = dx.as<float>(), .y = xq8.as<uint8_t>(), .n_rows = n_tok, .cols = cols});
+    cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = n_tok, .y = dy2.as<float>(),
+                  .x_q8 = xq8.as<uint8_t>()});
+    EXPECT_EQ(download<float>(dy2, n_tok * rows), got) << "n_tok " << n_tok;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaKQuant, ::testing::ValuesIn(kTypes), type_param_name);
+
+// One expert's three matrices of different types, stacked as a file stores them: [n_expert][rows][cols] each.
+struct Experts {
+  HostMat gate, up, down;
+};
+
+// The routed-expert products on records of mixed types (gate and up of one type, down of another, as Q4_K_M files
+// have them): per (token, slot), and grouped by expert, each slot against its expert's dequantized rows; grouped
+// and per-slot results equal bit for bit (the same operations per slot).
+struct MixCase {
+  GgmlType gate_up, down;
+};
+class CudaKQuantExperts : public ::testing::TestWithParam<MixCase> {};
+
+TEST_P(CudaKQuantExperts, RoutedProductsOfMixedRecordsMatchTheReference) {
+  DF_REQUIRE_GPU();
+  const MixCase mc = GetParam();
+  const int64_t n_expert = 6, E = 256, F = 512, n_tok = 21;
+  const int n_used = 3;
+  const HostMat gate = random_mat(mc.gate_up, n_expert * F, E, 31);
+  const HostMat up = random_mat(mc.gate_up, n_expert * F, E, 32);
+  const HostMat down = random_mat(mc.down, n_expert * E, F, 33);
+  // Distinct experts per token (offsets 0, 2, 4 of a rotating start), every expert busy, some with several tiles.
+  std::vector<int32_t> ids(n_tok * n_used);
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int k = 0; k < n_used; ++k) ids[t * n_used + k] = int32_t((t % 4 + 2 * k) % n_expert);
+  const int64_t n_slots = n_tok * n_used;
+  auto up_dev = [](const HostMat& m) {
+    cuda::DeviceBuffer b(m.bytes.size());
+    b.upload(m.bytes.data(), m.bytes.size());
+    return b;
+  };
+  cuda::DeviceBuffer dg = up_dev(gate), du = up_dev(up), dd = up_dev(down);
+  auto dids = cuda::to_device(ids);
+  const model::Mat g1{mc.gate_up, dg.as<uint8_t>(), E, F, gate.row_bytes};
+  const model::Mat u1{mc.gate_up, du.as<uint8_t>(), E, F, up.row_bytes};
+  const model::Mat d1{mc.down, dd.as<uint8_t>(), F, E, down.row_bytes};
+  const auto x = random_floats(n_tok * E, 34, -2.0f, 2.0f);
+  const auto act = random_floats(n_slots * F, 35, -1.0f, 1.0f);
+  auto dx = cuda::to_device(x);
+  auto dact = cuda::to_device(act);
+  const auto xq = q8_round(x), aq = q8_round(act);
+  cuda::DeviceBuffer scratch(cuda::q8_scratch_bytes(mc.down, F, n_slots) + cuda::q8_scratch_bytes(mc.gate_up, E, n_slots));
+  cuda::DeviceBuffer order(n_slots * 4), tiles((1 + 3 * cuda::moe_max_tiles(n_slots, n_expert)) * 4);
+  cuda::DeviceBuffer gathered(n_slots * std::max(E, F) * 4);
+  const int32_t ts = std::min({cuda::moe_tile_slots(mc.gate_up), cuda::moe_tile_slots(mc.down)});
+  cuda::moe_plan({.ids = dids.as<int32_t>(), .n_slots = n_slots, .n_expert = int32_t(n_expert),
+                  .order = order.as<int32_t>(), .tiles = tiles.as<int32_t>(), .tile_slots = ts});
+  struct Part {
+    const char* name;
+    model::Mat w;
+    const HostMat* host;
+    int64_t rows;
+    bool per_slot;
+  };
+  for (const Part& p : {Part{"gate", g1, &gate, F, false}, Part{"up", u1, &up, F, false},
+                        Part{"down", d1, &down, E, true}}) {
+    const uint64_t stride = uint64_t(p.rows) * p.host->row_bytes;
+    const float* in_dev = p.per_slot ? dact.as<float>() : dx.as<float>();
+    const std::vector<float>& in_q = p.per_slot ? aq : xq;
+    const int64_t cols = p.w.cols;
+    cuda::DeviceBuffer y1(n_slots * p.rows * 4), y2(n_slots * p.rows * 4);
+    cuda::moe_matmul({.w = p.w, .expert_stride = stride, .n_expert = int32_t(n_expert), .ids = dids.as<int32_t>(),
+                      .n_tok = n_tok, .n_used = n_used, .x = in_dev, .x_per_slot = p.per_slot, .y = y1.as<float>(),
+                      .scratch = scratch.as<uint8_t>()});
+    auto got = download<float>(y1, n_slots * p.rows);
+    cuda::moe_matmul_grouped({.w = p.w, .expert_stride = stride, .n_expert = int32_t(n_expert),
+                              .order = order.as<int32_t>(), .tiles = tiles.as<int32_t>(), .n_slots = n_slots,
+                              .n_used = n_used, .x = in_dev, .x_per_slot = p.per_slot,
+                              .gathered = gathered.as<float>(), .y = y2.as<float>(),
+                              .scratch = scratch.as<uint8_t>(), .tile_slots = ts});
+    auto grouped = download<float>(y2, n_slots * p.rows);
+    Tally tally{"moe_matmul", p.w.type};
+    int64_t grouped_diff = 0;
+    for (int64_t v = 0; v < n_slots; ++v) {
+      const float* xin = in_q.data() + (p.per_slot ? v : v / n_used) * cols;
+      for (int64_t r = 0; r < p.rows; ++r) {
+        tally.add(got[v * p.rows + r], reference(cpu_row(*p.host, ids[v] * p.rows + r), xin));
+        grouped_diff += !(grouped[v * p.rows + r] == got[v * p.rows + r]);
+      }
+    }
+    tally.report(std::string(p.name) + " " + std::to_string(p.rows) + "x" + std::to_string(cols));
+    std::printf("[kquant] moe_grouped    %-6s %s: %lld of %lld outputs differ from the per-slot kernel\n",
+                std::string(gguf::type_name(p.w.type)).c_str(), p.name, (long long)grouped_diff,
+                (long long)(n_slots * p.rows));
+    EXPECT_EQ(grouped_diff, 0) << p.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixes, CudaKQuantExperts,
+                         ::testing::Values(MixCase{GgmlType::Q4_K, GgmlType::Q6_K}, MixCase{GgmlType::Q5_K, GgmlType::Q6_K},
+                                           MixCase{GgmlType::Q3_K, GgmlType::Q5_K}, MixCase{GgmlType::Q2_K, GgmlType::Q4_K},
+                                           MixCase{GgmlType::IQ4_XS, GgmlType::IQ4_XS},
+                                           MixCase{GgmlType::Q4_K, GgmlType::Q8_0}, MixCase{GgmlType::Q4_0, GgmlType::Q6_K}),
+                         [](const auto& i) {
+                           return std::string(gguf::type_name(i.param.gate_up)) + "_" +
+                                  std::string(gguf::type_name(i.param.down));
+                         });
+
+}  // namespace
+}  // namespace df::test
