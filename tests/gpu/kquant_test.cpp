@@ -6,7 +6,8 @@
 // 2^-14 of the sum of the terms' magnitudes (codes times scales and offsets, each taken as the larger of the two
 // halves' scale or offset), which is far above f32 summation errors and far below a wrongly decoded code or scale.
 // Every case prints its worst difference against that tolerance and the number of rows outside it, and against the
-// CPU engine's own product (llama.cpp's, with Q8_K activations) for information.
+// CPU engine's own product (llama.cpp's, with Q8_K activations) for information. Prefill batches given a
+// dequantization workspace take f16 tiles and cuBLAS instead, against the f16-rounded weights and activations.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -145,6 +146,37 @@ TEST_P(CudaKQuant, MatmulMatchesTheDequantizedReference) {
     cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = n_tok, .y = dy2.as<float>(),
                   .x_q8 = xq8.as<uint8_t>()});
     EXPECT_EQ(download<float>(dy2, n_tok * rows), got) << "n_tok " << n_tok;
+  }
+  // Prefill batches with a dequantization workspace: f16 tiles and cuBLAS. The reference then takes the weights and
+  // the activations rounded to f16 (their products are exact in f32, so only the summation order differs).
+  // 1100 rows: two tiles of kDequantTileRows, the second partial.
+  const HostMat big = random_mat(t, 1100, 512, 24);
+  cuda::DeviceBuffer dbig(big.bytes.size());
+  dbig.upload(big.bytes.data(), big.bytes.size());
+  struct Shape {
+    const HostMat* w;
+    const cuda::DeviceBuffer* dev;
+    int64_t n_tok;
+  };
+  for (const Shape& sh : {Shape{&w, &dw, 16}, Shape{&w, &dw, 300}, Shape{&big, &dbig, 40}}) {
+    const HostMat& hw = *sh.w;
+    const int64_t n_tok = sh.n_tok, rows = hw.rows, cols = hw.cols;
+    const auto x = random_floats(n_tok * cols, 41 + uint32_t(n_tok), -2.0f, 2.0f);
+    std::vector<float> xh(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xh[i] = cpu::f16_to_f32(cpu::f32_to_f16(x[i]));
+    auto dx = cuda::to_device(x);
+    cuda::DeviceBuffer dy(n_tok * rows * 4), work(cuda::dequant_work_bytes(cols, n_tok));
+    cuda::matmul({.w = dmat(hw, *sh.dev), .x = dx.as<float>(), .n_tok = n_tok, .y = dy.as<float>(),
+                  .dequant = work.as<uint8_t>()});
+    auto got = download<float>(dy, n_tok * rows);
+    Tally tally{"matmul_f16", t};
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> wh = cpu_row(hw, r);
+      for (float& v : wh) v = cpu::f16_to_f32(cpu::f32_to_f16(v));
+      for (int64_t j = 0; j < n_tok; ++j) tally.add(got[j * rows + r], reference(wh, xh.data() + j * cols));
+    }
+    tally.report(std::to_string(rows) + "x" + std::to_string(cols) + " n_tok " + std::to_string(n_tok) +
+                 " (f16 tiles)");
   }
 }
 

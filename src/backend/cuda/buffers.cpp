@@ -29,6 +29,12 @@ bool q8_activation_type(gguf::GgmlType t) {
   }
 }
 
+bool dequant_prefill_type(gguf::GgmlType t) { return q8_activation_type(t) && !mma_type(t); }
+
+uint64_t dequant_work_bytes(int64_t cols, int64_t n_tok) {
+  return uint64_t(cols) * uint64_t(n_tok + kDequantTileRows) * 2;
+}
+
 uint64_t q8_scratch_bytes(gguf::GgmlType t, int64_t cols, int64_t n_vec) {
   return q8_activation_type(t) ? uint64_t(cols / 32) * kQ8Bytes * uint64_t(n_vec) : 0;
 }
@@ -56,7 +62,8 @@ const char* buf_name(Buf b) {
       "attention partial results", "gate activations", "up activations", "router logits", "expert ids",
       "expert weights", "expert outputs", "expert order", "expert tiles", "expert inputs",
       "quantized activations", "logits", "the next token", "streamed experts' activations",
-      "streamed experts' plans", "streamed experts' quantized inputs", "look-ahead routing"};
+      "streamed experts' plans", "streamed experts' quantized inputs", "look-ahead routing",
+      "dequantized weight tiles"};
   return names[int(b)];
 }
 
@@ -99,6 +106,7 @@ BufferTable session_buffers(const model::ModelSpec& s, const SessionShape& sh) {
   // The widest input of any product, for the most input vectors (the experts' down projection has B * K).
   const uint64_t max_cols = std::max<uint64_t>({E, uint64_t(s.n_head) * s.head_dim_v, s.n_ff, s.n_ff_expert});
   set(Buf::scratch, (max_cols / 32 + 1) * kQ8Bytes * nk);
+  if (sh.dequant_tiles) set(Buf::dequant, dequant_work_bytes(int64_t(max_cols), int64_t(B)));
   set(Buf::logits, uint64_t(s.n_vocab) * 4);
   set(Buf::next, 4);
   if (s.moe() && sh.streams_experts) {

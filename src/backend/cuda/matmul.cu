@@ -8,9 +8,12 @@
 //     agree within the activations' rounding, not bit for bit.
 //   - F16 / BF16: activations rounded to f16 / bf16 as the CPU converts them, f32 fused multiply-adds.
 //   - F32: f32 fused multiply-adds.
-// Float weights for a few vectors take a block per row (float_matvec_kernel); F32 batches go to cuBLAS (blas.cpp).
+// Float weights for a few vectors take a block per row (float_matvec_kernel); F32 batches go to cuBLAS (blas.cpp),
+// and so do prefill batches of the K-quant, IQ4 and offset types, through dequantized f16 tiles (dequant_products).
 // The routed-expert variant picks a weight matrix per input vector from ids read on the device. Q4_0/Q8_0 prefill
 // batches go to the tensor-core kernel of mmq.cu instead.
+#include <algorithm>
+
 #include "backend/cuda/blas.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kquant.cuh"
@@ -228,6 +231,78 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// ---- Prefill of the K-quant, IQ4 and offset types: dequantized f16 tiles and cuBLAS.
+//
+// Why not mmq.cu's int8 tensor cores: their tiles carry one scale per 32 codes and no offsets, while Q2_K, Q3_K and
+// Q6_K scale every 16 codes and the types with mins also need each activation block's sum; teaching the tiles all
+// of that is a kernel per layout. A dequantized tile needs none of it: each row of weights is decoded once per
+// product (not once per 8 tokens as in the warp-per-row kernel), the product runs at cuBLAS's f16 tensor-core speed,
+// and f16 weights and activations are closer to the dequantized model than Q8_0 activations are.
+
+// x [n] f32 -> f16 (round to nearest even).
+__global__ void to_f16_kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = dev::f32_to_f16(x[i]);
+}
+
+// Rows [0, nr) of w (row_bytes apart) to out [nr][cols] f16, a thread per 32-element piece: cpu::dequantize_row's
+// values rounded to f16.
+template <GgmlType T>
+__global__ void dequant_f16_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t cols, int64_t nr,
+                                   uint32_t* __restrict__ out) {
+  const int64_t np = cols / dev::kQK;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= nr * np) return;
+  const int64_t r = idx / np, p = idx % np;
+  const kq::Piece wp = kq::piece<T>(w + uint64_t(r) * row_bytes, p);
+  uint32_t* o = out + (r * cols + p * dev::kQK) / 2;
+#pragma unroll
+  for (int i = 0; i < dev::kQK; i += 2)
+    o[i / 2] = uint32_t(dev::f32_to_f16(kq::piece_value(wp, i))) |
+               (uint32_t(dev::f32_to_f16(kq::piece_value(wp, i + 1))) << 16);
+}
+
+template <GgmlType T>
+void launch_dequant_f16(const model::Mat& w, int64_t r0, int64_t nr, uint16_t* tile, cudaStream_t stream) {
+  const int64_t n = nr * (w.cols / dev::kQK);
+  dequant_f16_kernel<T><<<unsigned((n + 255) / 256), 256, 0, stream>>>(w.data + uint64_t(r0) * w.row_bytes,
+                                                                      w.row_bytes, w.cols, nr,
+                                                                      reinterpret_cast<uint32_t*>(tile));
+}
+
+void dequant_products(const MatmulArgs& a) {
+  const int64_t rows = a.w.rows, cols = a.w.cols;
+  uint16_t* xh = reinterpret_cast<uint16_t*>(a.dequant);
+  uint16_t* tile = xh + a.n_tok * cols;  // cols % 32 == 0: 64-byte aligned after the activations
+  const int64_t n = a.n_tok * cols;
+  to_f16_kernel<<<unsigned((n + 255) / 256), 256, 0, a.stream>>>(a.x, xh, n);
+  DF_CUDA_CHECK_LAUNCH();
+  // Tiles share one buffer: each tile's dequantization waits, in stream order, for the product that read the last.
+  for (int64_t r0 = 0; r0 < rows; r0 += kDequantTileRows) {
+    const int64_t nr = std::min(kDequantTileRows, rows - r0);
+    switch (a.w.type) {
+#define DF_DEQUANT_CASE(T) \
+  case T: launch_dequant_f16<T>(a.w, r0, nr, tile, a.stream); break;
+      DF_DEQUANT_CASE(GgmlType::Q4_1)
+      DF_DEQUANT_CASE(GgmlType::Q5_0)
+      DF_DEQUANT_CASE(GgmlType::Q5_1)
+      DF_DEQUANT_CASE(GgmlType::IQ4_NL)
+      DF_DEQUANT_CASE(GgmlType::Q2_K)
+      DF_DEQUANT_CASE(GgmlType::Q3_K)
+      DF_DEQUANT_CASE(GgmlType::Q4_K)
+      DF_DEQUANT_CASE(GgmlType::Q5_K)
+      DF_DEQUANT_CASE(GgmlType::Q6_K)
+      DF_DEQUANT_CASE(GgmlType::IQ4_XS)
+#undef DF_DEQUANT_CASE
+      default: DF_CHECK(false);
+    }
+    DF_CUDA_CHECK_LAUNCH();
+    const bool queued = blas::hgemm_rows({.w = tile, .rows = nr, .cols = cols, .ld_w = cols, .x = xh,
+                                          .n_tok = a.n_tok, .y = a.y + r0, .ld_y = rows, .stream = a.stream});
+    DF_CHECK(queued);  // the caller asked blas::available, and the shapes are within cuBLAS's
+  }
+}
+
 // xg[i] = x[src(order[i])]: input rows in plan order (src = the slot, or its token when the input is per token).
 __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ order, int64_t n_rows,
                                    int64_t cols, int div, float* __restrict__ xg) {
@@ -315,6 +390,11 @@ void matmul(const MatmulArgs& a) {
                         .ld_w = int64_t(a.w.row_bytes / 4), .x = a.x, .n_tok = a.n_tok, .y = a.y,
                         .stream = a.stream}))
     return;
+  if (kq::piece_type(a.w.type) && a.use_mma && a.n_tok >= kMmaMinTokens && a.dequant != nullptr &&
+      a.w.rows <= 0x7fffffff && a.n_tok <= 0x7fffffff && blas::available(a.stream)) {
+    dequant_products(a);
+    return;
+  }
   const int64_t gx = (a.w.rows + kWarps - 1) / kWarps, gy = (a.n_tok + kTile - 1) / kTile;
   DF_CHECK(gx <= 0x7fffffff && gy <= 65535);
   auto [act, stride] = quantized(a.w.type) && a.x_q8 != nullptr

@@ -52,6 +52,10 @@ struct MatmulArgs {
   // products of the same input (q, k, v); scratch is then unused. Ignored for float weight types.
   const uint8_t* x_q8 = nullptr;
   bool use_mma = true;  // false: the warp-per-row kernel at any n_tok (tests compare the two)
+  // dequant_prefill_type weights, n_tok >= kMmaMinTokens: >= dequant_work_bytes(w.cols, n_tok) bytes, where the
+  // activations are rounded to f16 and the weights dequantized to f16 tiles for cuBLAS (f32 sums); null, or inside
+  // a graph capture that would create cuBLAS's handle: the warp-per-row kernel with Q8_0 activations.
+  uint8_t* dequant = nullptr;
 };
 void matmul(const MatmulArgs& a);
 
