@@ -280,5 +280,79 @@ INSTANTIATE_TEST_SUITE_P(Mixes, CudaKQuantExperts,
                                   std::string(gguf::type_name(i.param.down));
                          });
 
+// ---- throughput at Qwen3-30B-A3B's shapes, printed (GB/s of weights read), never asserted
+
+TEST(CudaKQuantThroughput, DecodePrefillAndExperts) {
+  DF_REQUIRE_GPU();
+  cudaStream_t stream = nullptr;
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS}) {
+    const std::string tn(gguf::type_name(t));
+    // Decode: one token through the q projection's shape and a slice of the output head's.
+    for (int64_t rows : {int64_t(4096), int64_t(32768)}) {
+      const HostMat w = random_mat(t, rows, 2048, 51);
+      cuda::DeviceBuffer dw(w.bytes.size());
+      dw.upload(w.bytes.data(), w.bytes.size());
+      const auto x = random_floats(512 * 2048, 52);
+      auto dx = cuda::to_device(x);
+      cuda::DeviceBuffer xq(cuda::q8_scratch_bytes(t, 2048, 512)), dy(512 * rows * 4);
+      cuda::quantize_q8_0({.x = dx.as<float>(), .y = xq.as<uint8_t>(), .n_rows = 1, .cols = 2048});
+      cuda::DecodeMatvecArgs a{.n_parts = 1, .x = dx.as<float>(), .x_q8 = xq.as<uint8_t>(), .n_tok = 1,
+                               .stream = stream};
+      a.parts[0] = {.w = dmat(w, dw), .y = dy.as<float>()};
+      const double ms = time_ms(30, [&] { cuda::decode_matvec(a); });
+      const double gb = double(w.bytes.size()) / 1e6;
+      // Prefill: 512 tokens, through the f16 tiles and through the warp-per-row kernel.
+      cuda::DeviceBuffer work(cuda::dequant_work_bytes(2048, 512));
+      const double ms_tiles = time_ms(5, [&] {
+        cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = 512, .y = dy.as<float>(),
+                      .scratch = xq.as<uint8_t>(), .stream = stream, .dequant = work.as<uint8_t>()});
+      });
+      const double ms_warp = time_ms(3, [&] {
+        cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = 512, .y = dy.as<float>(),
+                      .scratch = xq.as<uint8_t>(), .stream = stream});
+      });
+      const double tflop = 2.0 * 512 * double(rows) * 2048 / 1e12;
+      std::printf("[kquant-throughput] %-6s %lldx2048: decode %.4f ms (%.0f GB/s); prefill 512 tokens: f16 tiles "
+                  "%.3f ms (%.1f TFLOP/s), warp kernel %.3f ms (%.1f TFLOP/s)\n",
+                  tn.c_str(), (long long)rows, ms, gb / ms, ms_tiles, tflop / (ms_tiles / 1e3), ms_warp,
+                  tflop / (ms_warp / 1e3));
+    }
+  }
+  // Routed experts of one decode token: gate and up Q4_K, down Q6_K, 128 experts of 768 x 2048, 8 used.
+  const int32_t X = 128;
+  const int64_t E = 2048, F = 768;
+  const int K = 8;
+  const HostMat hg = random_mat(GgmlType::Q4_K, X * F, E, 53), hu = random_mat(GgmlType::Q4_K, X * F, E, 54);
+  const HostMat hd = random_mat(GgmlType::Q6_K, X * E, F, 55);
+  auto up = [](const HostMat& m) {
+    cuda::DeviceBuffer b(m.bytes.size());
+    b.upload(m.bytes.data(), m.bytes.size());
+    return b;
+  };
+  cuda::DeviceBuffer dg = up(hg), du = up(hu), dd = up(hd);
+  const model::Mat g{GgmlType::Q4_K, dg.as<uint8_t>(), E, F, hg.row_bytes};
+  const model::Mat u{GgmlType::Q4_K, du.as<uint8_t>(), E, F, hu.row_bytes};
+  const model::Mat d{GgmlType::Q6_K, dd.as<uint8_t>(), F, E, hd.row_bytes};
+  ASSERT_TRUE(cuda::moe_decode_supported(g, u, d, 1, K));
+  const std::vector<int32_t> ids = {3, 17, 29, 40, 64, 77, 100, 127};
+  const auto wts = random_floats(K, 56, 0.0f, 1.0f);
+  const auto x = random_floats(E, 57);
+  auto dids = cuda::to_device(ids), dwts = cuda::to_device(wts), dx = cuda::to_device(x);
+  cuda::DeviceBuffer xq(cuda::q8_scratch_bytes(GgmlType::Q4_K, E, 1)), act_q8(cuda::q8_scratch_bytes(GgmlType::Q4_K, F, K));
+  cuda::DeviceBuffer out(E * 4);
+  cuda::quantize_q8_0({.x = dx.as<float>(), .y = xq.as<uint8_t>(), .n_rows = 1, .cols = E});
+  const double ms = time_ms(50, [&] {
+    cuda::moe_decode_gate_up({.gate = g, .up = u, .gate_stride = F * hg.row_bytes, .up_stride = F * hu.row_bytes,
+                              .n_expert = X, .ids = dids.as<int32_t>(), .n_tok = 1, .n_used = K,
+                              .x_q8 = xq.as<uint8_t>(), .act_q8 = act_q8.as<uint8_t>()});
+    cuda::moe_decode_down({.down = d, .down_stride = E * hd.row_bytes, .n_expert = X, .ids = dids.as<int32_t>(),
+                           .weights = dwts.as<float>(), .n_tok = 1, .n_used = K, .act_q8 = act_q8.as<uint8_t>(),
+                           .out = out.as<float>()});
+  });
+  const double gb = double(K) * (2 * F * hg.row_bytes + E * hd.row_bytes) / 1e6;
+  std::printf("[kquant-throughput] routed experts q4_K/q4_K/q6_K, 8 of 128 (768 x 2048): %.4f ms, %.0f GB/s\n", ms,
+              gb / ms);
+}
+
 }  // namespace
 }  // namespace df::test
