@@ -232,7 +232,7 @@ __device__ __forceinline__ void rows_dots(RowsStep<T, R, U>& s, const uint8_t* c
       for (int r = 0; r < R; ++r) {
         if (r >= nr) break;
         if constexpr (kq::piece_type(T)) {
-          // matmul.cu's row_dot for these types: each piece's f32 dot added in order.
+          // matmul.cu's row_dot for these types: each piece's dot added in order, with the same roundings.
           const kq::Piece wp = kq::piece<T>(rows[r], b);
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
@@ -243,7 +243,7 @@ __device__ __forceinline__ void rows_dots(RowsStep<T, R, U>& s, const uint8_t* c
               int a8[8];
 #pragma unroll
               for (int k = 0; k < 8; ++k) a8[k] = ab[k];
-              acc[r][j] += kq::piece_dot<T>(wp, a8, __int_as_float(ab[8]));
+              acc[r][j] = kq::piece_dot<T>(wp, a8, __int_as_float(ab[8]), acc[r][j]);
             }
           }
           continue;

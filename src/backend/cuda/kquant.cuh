@@ -216,15 +216,16 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
   return o;
 }
 
-// Piece p's dot with a Q8_0 activation block of scale da and codes a[0..7] (4 per word), in f32.
+// acc + the piece's dot with a Q8_0 activation block of scale da and codes a[0..7] (4 per word), in f32. Every
+// rounding is explicit (the final multiply-add fused), so the kernels that inline this sum alike bit for bit.
 template <GgmlType T>
-__device__ __forceinline__ float piece_dot(const Piece& w, const int (&a)[8], float da) {
+__device__ __forceinline__ float piece_dot(const Piece& w, const int (&a)[8], float da, float acc) {
   int p0 = 0, p1 = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) p0 = __dp4a(w.q[k], a[k], p0), p1 = __dp4a(w.q[k + 4], a[k + 4], p1);
   float s;
-  if constexpr (half_scales(T)) s = fmaf(w.d[1], float(p1), w.d[0] * float(p0));
-  else s = w.d[0] * float(p0 + p1);
+  if constexpr (half_scales(T)) s = fmaf(w.d[1], float(p1), __fmul_rn(w.d[0], float(p0)));
+  else s = __fmul_rn(w.d[0], float(p0 + p1));
   if constexpr (has_offset(T)) {
     int s0 = 0, s1 = 0;
 #pragma unroll
@@ -232,7 +233,7 @@ __device__ __forceinline__ float piece_dot(const Piece& w, const int (&a)[8], fl
     if constexpr (half_scales(T)) s = fmaf(w.m[1], float(s1), fmaf(w.m[0], float(s0), s));
     else s = fmaf(w.m[0], float(s0 + s1), s);
   }
-  return da * s;
+  return fmaf(da, s, acc);
 }
 
 // Element i (0..31) of a decoded piece with cpu::dequantize_row's roundings (the product, then the offset added).

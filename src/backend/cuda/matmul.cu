@@ -80,7 +80,7 @@ __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ w, int64_t c
           int a[8];
 #pragma unroll
           for (int k = 0; k < 8; ++k) a[k] = dev::load_i32_a2(ab + 2 + 4 * k);
-          acc[j] += kq::piece_dot<T>(wp, a, dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(ab)));
+          acc[j] = kq::piece_dot<T>(wp, a, dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(ab)), acc[j]);
         }
       }
     }
