@@ -188,8 +188,9 @@ struct Experts {
 };
 
 // The routed-expert products on records of mixed types (gate and up of one type, down of another, as Q4_K_M files
-// have them): per (token, slot), and grouped by expert, each slot against its expert's dequantized rows; grouped
-// and per-slot results equal bit for bit (the same operations per slot).
+// have them): per (token, slot), and grouped by expert in the plan's tiles (moe_tile_slots), each slot against its
+// expert's dequantized rows; grouped and per-slot results equal bit for bit (the same operations per slot) except
+// where Q4_0/Q8_0 tiles run on the tensor cores.
 struct MixCase {
   GgmlType gate_up, down;
 };
@@ -253,20 +254,29 @@ TEST_P(CudaKQuantExperts, RoutedProductsOfMixedRecordsMatchTheReference) {
                               .gathered = gathered.as<float>(), .y = y2.as<float>(),
                               .scratch = scratch.as<uint8_t>(), .tile_slots = ts});
     auto grouped = download<float>(y2, n_slots * p.rows);
-    Tally tally{"moe_matmul", p.w.type};
+    // Tiles of more than 8 slots of Q4_0/Q8_0 run on the tensor cores, which sum in another order: those are held
+    // to the reference instead of the per-slot kernel.
+    const bool exact = !(ts > 8 && cuda::int8_mma_type(p.w.type));
+    Tally tally{"moe_matmul", p.w.type}, tally_grouped{"moe_grouped", p.w.type};
     int64_t grouped_diff = 0;
     for (int64_t v = 0; v < n_slots; ++v) {
       const float* xin = in_q.data() + (p.per_slot ? v : v / n_used) * cols;
       for (int64_t r = 0; r < p.rows; ++r) {
-        tally.add(got[v * p.rows + r], reference(cpu_row(*p.host, ids[v] * p.rows + r), xin));
+        const Ref ref = reference(cpu_row(*p.host, ids[v] * p.rows + r), xin);
+        tally.add(got[v * p.rows + r], ref);
+        tally_grouped.add(grouped[v * p.rows + r], ref);
         grouped_diff += !(grouped[v * p.rows + r] == got[v * p.rows + r]);
       }
     }
-    tally.report(std::string(p.name) + " " + std::to_string(p.rows) + "x" + std::to_string(cols));
-    std::printf("[kquant] moe_grouped    %-6s %s: %lld of %lld outputs differ from the per-slot kernel\n",
+    const std::string shape = std::string(p.name) + " " + std::to_string(p.rows) + "x" + std::to_string(cols);
+    tally.report(shape);
+    tally_grouped.report(shape + " tiles of " + std::to_string(ts));
+    std::printf("[kquant] moe_grouped    %-6s %s: %lld of %lld outputs differ from the per-slot kernel%s\n",
                 std::string(gguf::type_name(p.w.type)).c_str(), p.name, (long long)grouped_diff,
-                (long long)(n_slots * p.rows));
-    EXPECT_EQ(grouped_diff, 0) << p.name;
+                (long long)(n_slots * p.rows), exact ? "" : " (tensor cores: another summation order)");
+    if (exact) {
+      EXPECT_EQ(grouped_diff, 0) << p.name;
+    }
   }
 }
 

@@ -53,7 +53,9 @@ int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots) {
   return n_slots / std::max(tile_slots, 1) + std::min<int64_t>(n_expert, n_slots);
 }
 
-int32_t moe_tile_slots(gguf::GgmlType t) { return mma_type(t) ? 32 : 8; }
+int32_t moe_tile_slots(gguf::GgmlType t) { return q8_activation_type(t) ? 32 : 8; }
+
+bool int8_mma_type(gguf::GgmlType t) { return mma_type(t); }
 
 const char* buf_name(Buf b) {
   static const char* const names[kBufCount] = {

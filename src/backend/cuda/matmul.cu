@@ -29,6 +29,7 @@ using gguf::GgmlType;
 namespace {
 
 constexpr int kTile = 8;    // input vectors per block column
+constexpr int kPieceTile = 32;  // moe_grouped_kernel's slots per tile for the piece types (moe_tile_slots)
 constexpr int kWarps = 4;   // weight rows per block
 constexpr int kFvThreads = 256;  // float_matvec_kernel: threads per weight row
 
@@ -208,8 +209,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // grid: (ceil(rows / kWarps), max tiles); block column ty multiplies tile ty of moe_plan's tiles (blocks past the
-// actual count leave). act holds the gathered inputs in plan order.
-template <GgmlType T>
+// actual count leave). act holds the gathered inputs in plan order. NT: the plan's tile size, kTile, or
+// kPieceTile for the piece types (their rows' decoding then serves 32 slots).
+template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_grouped_kernel(const uint8_t* __restrict__ w, uint64_t expert_stride, int32_t n_expert,
                        const int32_t* __restrict__ order, const int32_t* __restrict__ tiles, int64_t rows, int64_t cols,
@@ -217,15 +219,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int ty = blockIdx.y;
   if (ty >= tiles[0]) return;
   const int32_t e = tiles[1 + 3 * ty], first = tiles[2 + 3 * ty], cnt = tiles[3 + 3 * ty];
-  if (e < 0 || e >= n_expert || cnt < 1 || cnt > kTile) __trap();  // a corrupt plan: a bug
+  if (e < 0 || e >= n_expert || cnt < 1 || cnt > NT) __trap();  // a corrupt plan: a bug
   const int lane = threadIdx.x % 32;
   const int64_t r = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (r >= rows) return;
-  float acc[kTile] = {};
-  row_dot<T, kTile>(w + uint64_t(e) * expert_stride + r * row_bytes, cols, act + int64_t(first) * act_stride,
-                    act_stride, cnt, lane, acc);
+  float acc[NT] = {};
+  row_dot<T, NT>(w + uint64_t(e) * expert_stride + r * row_bytes, cols, act + int64_t(first) * act_stride,
+                 act_stride, cnt, lane, acc);
 #pragma unroll
-  for (int j = 0; j < kTile; ++j) {
+  for (int j = 0; j < NT; ++j) {
     const float s = dev::warp_sum(acc[j]);
     if (lane == 0 && j < cnt) y[int64_t(order[first + j]) * rows + r] = s;
   }
@@ -473,15 +475,33 @@ void moe_matmul(const MoeMatmulArgs& a) {
   DF_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+template <GgmlType T>
+void launch_grouped(const MoeGroupedMatmulArgs& a, bool wide, dim3 grid, const uint8_t* act, uint64_t stride) {
+  if constexpr (kq::piece_type(T)) {
+    if (wide) {
+      moe_grouped_kernel<T, kPieceTile><<<grid, kWarps * 32, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert,
+                                                                            a.order, a.tiles, a.w.rows, a.w.cols,
+                                                                            a.w.row_bytes, act, stride, a.y);
+      return;
+    }
+  }
+  moe_grouped_kernel<T, kTile><<<grid, kWarps * 32, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert, a.order,
+                                                                   a.tiles, a.w.rows, a.w.cols, a.w.row_bytes, act,
+                                                                   stride, a.y);
+}
+
+}  // namespace
+
 void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
   check_mat(a.w);
   DF_CHECK(a.order != nullptr && a.tiles != nullptr && a.y != nullptr);
   DF_CHECK(a.n_slots > 0 && a.n_used > 0 && a.n_expert >= a.n_used && a.n_slots % a.n_used == 0);
   DF_CHECK(a.expert_stride >= uint64_t(a.w.rows) * a.w.row_bytes);
   const int64_t max_tiles = moe_max_tiles(a.n_slots, a.n_expert, a.tile_slots);
-  if (a.tile_slots > kTile) {
+  if (a.tile_slots > kTile && mma_type(a.w.type)) {
     // Tensor cores: the inputs quantized once in their own order (per token or per slot) and read by index.
-    DF_CHECK(mma_type(a.w.type));
     const int64_t n_in = a.x_per_slot ? a.n_slots : a.n_slots / a.n_used;
     DF_CHECK(a.x_q8 != nullptr || a.x != nullptr);
     auto [act, stride] = a.x_q8 != nullptr
@@ -492,6 +512,9 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
                   .act_stride = stride, .act_div = a.x_per_slot ? 1 : a.n_used, .y = a.y, .stream = a.stream});
     return;
   }
+  // The warp-per-row kernel: tiles of kTile, or of kPieceTile for the piece types.
+  const bool wide = a.tile_slots > kTile;
+  DF_CHECK(!wide || (kq::piece_type(a.w.type) && a.tile_slots <= kPieceTile));
   DF_CHECK(a.x != nullptr && a.gathered != nullptr);
   DF_CHECK(static_cast<const void*>(a.gathered) != static_cast<const void*>(a.x));
   const int64_t gx = (a.w.rows + kWarps - 1) / kWarps;
@@ -504,14 +527,9 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
   DF_CUDA_CHECK_LAUNCH();
   auto [act, stride] = prepare_act(a.w.type, a.gathered, a.w.cols, a.n_slots, a.scratch, a.stream);
   const dim3 grid{unsigned(gx), unsigned(max_tiles)};
-  const int threads = kWarps * 32;
   switch (a.w.type) {
-#define DF_GROUPED_CASE(T)                                                                                    \
-  case T:                                                                                                     \
-    moe_grouped_kernel<T><<<grid, threads, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert, a.order,      \
-                                                          a.tiles, a.w.rows, a.w.cols, a.w.row_bytes, act, stride, \
-                                                          a.y);                                               \
-    break;
+#define DF_GROUPED_CASE(T) \
+  case T: launch_grouped<T>(a, wide, grid, act, stride); break;
     DF_GROUPED_CASE(GgmlType::Q4_0)
     DF_GROUPED_CASE(GgmlType::Q8_0)
     DF_GROUPED_CASE(GgmlType::Q4_1)

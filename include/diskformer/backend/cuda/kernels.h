@@ -85,7 +85,8 @@ void moe_matmul(const MoeMatmulArgs& a);
 // slot's dot products run the same operations in the same order).
 // With Q4_0/Q8_0 weights, tiles of more than 8 slots (moe_tile_slots) run on the int8 tensor cores instead (mmq.cu):
 // the input rows are quantized once (per token for gate/up, or taken from x_q8) and read by index, no f32 gather;
-// results then equal moe_matmul's up to the f32 summation order.
+// results then equal moe_matmul's up to the f32 summation order. The other quantized types take tiles of up to 32
+// slots in the warp-per-row kernel (one decoding of a weight row for all of them), bit for bit moe_matmul's.
 // tiles layout: tiles[0] = the number of tiles, then per tile (expert, first index into order, slot count <=
 // tile_slots).
 // Streamed experts plan one group of the experts a GPU tier holds at a time: ids are then indices into the group
@@ -113,13 +114,14 @@ struct MoeGroupedMatmulArgs {
   int32_t n_used = 0;
   const float* x = nullptr;      // as MoeMatmulArgs
   bool x_per_slot = false;
-  float* gathered = nullptr;     // [n_slots][w.cols] work buffer (tile_slots <= 8 only)
+  float* gathered = nullptr;     // [n_slots][w.cols] work buffer (the warp-per-row kernel only)
   float* y = nullptr;            // [n_slots][w.rows]
   uint8_t* scratch = nullptr;    // >= q8_scratch_bytes(w.type, w.cols, n_slots)
   cudaStream_t stream = nullptr;
-  int32_t tile_slots = 8;        // the plan's; > 8 needs Q4_0/Q8_0 weights (the tensor-core path)
+  int32_t tile_slots = 8;        // the plan's; > 8 needs Q4_0/Q8_0 weights (the tensor-core path) or, up to 32, the
+                                 // other q8_activation_types (the warp-per-row kernel over gathered inputs)
   // Tensor-core path: x already quantized by quantize_q8_0 ([n_tok or n_slots][cols / 32] blocks, as x), shared by
-  // the gate and up products; x and scratch are then unused. Ignored with tile_slots <= 8.
+  // the gate and up products; x and scratch are then unused. Ignored by the warp-per-row kernel.
   const uint8_t* x_q8 = nullptr;
 };
 void moe_matmul_grouped(const MoeGroupedMatmulArgs& a);
