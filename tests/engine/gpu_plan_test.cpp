@@ -340,7 +340,11 @@ TEST(GpuPlan, KQuantRecordsAndPrefillTilesAtTheirRealSizes) {
     for (const auto& t : b.file.tensors)
       (t.name.find("_exps.") != std::string::npos ? experts : others) += (t.n_bytes + 255) / 256 * 256;
     EXPECT_EQ(all.resident.weights(), others);
-    EXPECT_GE(all.pool_bytes(), experts);  // the largest layer's record in every slot
+    EXPECT_EQ(all.pool_bytes(), experts);  // all resident: the file's tensors, not n_records of the largest record
+    EXPECT_EQ(all.experts_bytes, experts);
+    if (layers_differ) {
+      EXPECT_LT(all.experts_bytes, uint64_t(all.n_records) * all.record_bytes);
+    }
 
     const cuda::BufferTable with = cuda::session_buffers(b.spec, {.n_ctx = 512, .max_batch = 512, .dequant_tiles = true});
     EXPECT_GT(with[cuda::Buf::dequant], 0u);

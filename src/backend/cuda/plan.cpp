@@ -82,6 +82,7 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
     for (auto* w : {l.attn_norm, l.ffn_norm, l.q_norm, l.k_norm}) r.norms += gpu_bytes(w);
     for (auto* w : {l.ffn_gate, l.ffn_up, l.ffn_down}) r.dense_ffn += gpu_bytes(w);
     r.routers += gpu_bytes(l.gate_inp);
+    for (auto* w : {l.gate_exps, l.up_exps, l.down_exps}) p.experts_bytes += gpu_bytes(w);
   }
   if (spec.moe()) p.record_bytes = cache::plane_slot_bytes(expert_planes(layouts));
   // A resident run's session; a streaming one adds its buffers for the tier's groups (counted below when it streams).
