@@ -241,10 +241,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 // product (not once per 8 tokens as in the warp-per-row kernel), the product runs at cuBLAS's f16 tensor-core speed,
 // and f16 weights and activations are closer to the dequantized model than Q8_0 activations are.
 
-// x [n] f32 -> f16 (round to nearest even).
+// x [n] f32 -> f16 (round to nearest even), saturated at f16's largest finite value: an activation past 65504
+// (an outlier of a few layers' inputs) keeps its sign and bounds the product instead of making it infinite.
 __global__ void to_f16_kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = dev::f32_to_f16(x[i]);
+  if (i < n) y[i] = dev::f32_to_f16(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
 }
 
 // Rows [0, nr) of w (row_bytes apart) to out [nr][cols] f16, a thread per 32-element piece: cpu::dequantize_row's
