@@ -245,7 +245,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 // (an outlier of a few layers' inputs) keeps its sign and bounds the product instead of making it infinite.
 __global__ void to_f16_kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = dev::f32_to_f16(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
+  if (i >= n) return;
+  const float v = x[i];
+  y[i] = dev::f32_to_f16(isnan(v) ? v : fminf(fmaxf(v, -65504.0f), 65504.0f));  // a NaN stays one
 }
 
 // Rows [0, nr) of w (row_bytes apart) to out [nr][cols] f16, a thread per 32-element piece: cpu::dequantize_row's
