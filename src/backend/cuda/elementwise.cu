@@ -121,51 +121,29 @@ void get_rows(const GetRowsArgs& a) {
   if (a.n == 0) return;
   const unsigned grid = unsigned(a.n);
   switch (w.type) {
-    case GgmlType::Q4_0:
-      get_rows_kernel<GgmlType::Q4_0><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q8_0:
-      get_rows_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::F16:
-      get_rows_kernel<GgmlType::F16><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q4_1:
-      get_rows_kernel<GgmlType::Q4_1><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q5_0:
-      get_rows_kernel<GgmlType::Q5_0><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q5_1:
-      get_rows_kernel<GgmlType::Q5_1><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::IQ4_NL:
-      get_rows_kernel<GgmlType::IQ4_NL><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q2_K:
-      get_rows_kernel<GgmlType::Q2_K><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q3_K:
-      get_rows_kernel<GgmlType::Q3_K><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q4_K:
-      get_rows_kernel<GgmlType::Q4_K><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q5_K:
-      get_rows_kernel<GgmlType::Q5_K><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q6_K:
-      get_rows_kernel<GgmlType::Q6_K><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::IQ4_XS:
-      get_rows_kernel<GgmlType::IQ4_XS><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::BF16:
-      get_rows_kernel<GgmlType::BF16><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
+#define DF_GET_ROWS_CASE(T)                                                                                     \
+  case T:                                                                                                       \
+    get_rows_kernel<T><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out); \
+    break;
+    DF_GET_ROWS_CASE(GgmlType::Q4_0)
+    DF_GET_ROWS_CASE(GgmlType::Q8_0)
+    DF_GET_ROWS_CASE(GgmlType::Q4_1)
+    DF_GET_ROWS_CASE(GgmlType::Q5_0)
+    DF_GET_ROWS_CASE(GgmlType::Q5_1)
+    DF_GET_ROWS_CASE(GgmlType::IQ4_NL)
+    DF_GET_ROWS_CASE(GgmlType::Q2_K)
+    DF_GET_ROWS_CASE(GgmlType::Q3_K)
+    DF_GET_ROWS_CASE(GgmlType::Q4_K)
+    DF_GET_ROWS_CASE(GgmlType::Q5_K)
+    DF_GET_ROWS_CASE(GgmlType::Q6_K)
+    DF_GET_ROWS_CASE(GgmlType::IQ4_XS)
+    DF_GET_ROWS_CASE(GgmlType::F16)
+    DF_GET_ROWS_CASE(GgmlType::BF16)
+#undef DF_GET_ROWS_CASE
     default:
       DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 4 == 0 && w.row_bytes % 4 == 0);
-      get_rows_kernel<GgmlType::F32><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
+      get_rows_kernel<GgmlType::F32><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids,
+                                                                      a.out);
       break;
   }
   DF_CUDA_CHECK_LAUNCH();
