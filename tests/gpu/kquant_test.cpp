@@ -16,6 +16,8 @@
 #include "diskformer/backend/cpu/ops.h"
 #include "gpu/gpu_support.h"
 #include "gpu/kernel_support.h"
+#include "support/test_paths.h"
+#include "support/tiny_model.h"
 
 namespace df::test {
 namespace {
@@ -289,6 +291,23 @@ INSTANTIATE_TEST_SUITE_P(Mixes, CudaKQuantExperts,
                            return std::string(gguf::type_name(i.param.gate_up)) + "_" +
                                   std::string(gguf::type_name(i.param.down));
                          });
+
+// A type neither backend computes (MXFP4 here; IQ1/IQ2/IQ3 and TQ alike) is refused at open on CUDA too, before a
+// weight is read, naming the tensor and its type.
+TEST(CudaKQuant, ATypeWithoutKernelsIsRefusedNamingTheTensor) {
+  DF_REQUIRE_GPU();
+  TinyModel m;
+  m.retype_tensor = "blk.1.ffn_down_exps.weight";
+  const auto dir = temp_dir("kquant_refusal");
+  const std::string path = (dir / "m.gguf").string();
+  ASSERT_TRUE(write_tiny_model(path, m).ok());
+  auto r = engine::Model::open(path, {.n_ctx = 64, .backend = engine::Backend::kCuda});
+  ASSERT_FALSE(r.ok());
+  const std::string& e = r.error().message;
+  std::printf("[kquant] refusal: %s\n", e.c_str());
+  EXPECT_NE(e.find("blk.1.ffn_down_exps.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("mxfp4"), std::string::npos) << e;
+}
 
 // ---- throughput at Qwen3-30B-A3B's shapes, printed (GB/s of weights read), never asserted
 
