@@ -3,6 +3,8 @@
 // refusals with their numbers, the all-resident cap, dense models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -300,6 +302,62 @@ TEST(GpuPlan, SharedMoeModels) {
     EXPECT_FALSE(cuda::plan_gpu(b.spec, b.tensors, b.layouts,
                                   {.budget = base + all.min_slots * all.record_bytes - 1,
                                    .n_ctx = 512, .context_bytes = 0})
+                     .ok());
+  }
+}
+
+// The K-quant and IQ4 files: records mix types (gate and up of one, down of another) and layers differ (some
+// layers' down projections in Q6_K), so a GPU slot is the largest layer's record, plane by plane; the weights the
+// GPU holds are the file's tensors at their own sizes; and their dense products prefill through dequantized tiles,
+// whose workspace every session counts.
+TEST(GpuPlan, KQuantRecordsAndPrefillTilesAtTheirRealSizes) {
+  for (const char* name : {"models/qwen3moe-q4_k_m.gguf", "models/qwen3moe-q3_k_m.gguf",
+                           "models/qwen3moe-iq4_xs.gguf", "models/mixtral-q5_k_m.gguf"}) {
+    DF_REQUIRE_SHARED(path, name);
+    SCOPED_TRACE(name);
+    Bound b;
+    ASSERT_NO_FATAL_FAILURE(bind_shared(b, path));
+    const GpuPlan all = plan_ok(b, {.n_ctx = 512, .context_bytes = 0});
+    uint64_t plane[3] = {0, 0, 0}, experts = 0, others = 0;
+    bool layers_differ = false;
+    std::string mix;
+    for (const auto& l : b.tensors.layers) {
+      const gguf::TensorInfo* parts[3] = {l.gate_exps, l.up_exps, l.down_exps};
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_NE(parts[i], nullptr);
+        const uint64_t one = parts[i]->n_bytes / b.spec.n_expert;
+        plane[i] = std::max(plane[i], (one + 255) / 256 * 256);
+      }
+      const std::string m = std::string(gguf::type_name(l.gate_exps->type)) + "/" +
+                            std::string(gguf::type_name(l.up_exps->type)) + "/" +
+                            std::string(gguf::type_name(l.down_exps->type));
+      layers_differ = layers_differ || (!mix.empty() && mix.find(m) == std::string::npos);
+      if (mix.find(m) == std::string::npos) mix += (mix.empty() ? "" : ", ") + m;
+    }
+    std::printf("[gpu-plan] %s: expert types (gate/up/down) %s; layers differ %d; record %llu bytes\n", name,
+                mix.c_str(), layers_differ, (unsigned long long)all.record_bytes);
+    EXPECT_EQ(all.record_bytes, plane[0] + plane[1] + plane[2]);
+    for (const auto& t : b.file.tensors)
+      (t.name.find("_exps.") != std::string::npos ? experts : others) += (t.n_bytes + 255) / 256 * 256;
+    EXPECT_EQ(all.resident.weights(), others);
+    EXPECT_EQ(all.pool_bytes(), experts);  // all resident: the file's tensors, not n_records of the largest record
+    EXPECT_EQ(all.experts_bytes, experts);
+    if (layers_differ) {
+      EXPECT_LT(all.experts_bytes, uint64_t(all.n_records) * all.record_bytes);
+    }
+
+    const cuda::BufferTable with = cuda::session_buffers(b.spec, {.n_ctx = 512, .max_batch = 512, .dequant_tiles = true});
+    EXPECT_GT(with[cuda::Buf::dequant], 0u);
+    EXPECT_EQ(all.resident.work + all.resident.kv_cache, with.total());
+
+    // The smallest budget holds 2 x n_used of those slots; one byte less is refused.
+    const bool tied = b.tensors.output == b.tensors.token_embd;
+    const uint64_t base = all.resident.total() - (tied ? 0 : all.resident.token_embd) + streaming_extra(b, 512);
+    const uint64_t smallest = base + uint64_t(all.min_slots) * all.record_bytes;
+    const GpuPlan p = plan_ok(b, {.budget = smallest, .n_ctx = 512, .context_bytes = 0});
+    EXPECT_TRUE(p.stream_experts);
+    EXPECT_EQ(p.slots, all.min_slots);
+    EXPECT_FALSE(cuda::plan_gpu(b.spec, b.tensors, b.layouts, {.budget = smallest - 1, .n_ctx = 512, .context_bytes = 0})
                      .ok());
   }
 }

@@ -28,7 +28,8 @@ TEST(GpuPlanOnDevice, SessionAndWeightBytesMatchThePlan) {
               format_size(total_b - free_b).c_str(), format_size(cuda::kGpuContextBytes).c_str());
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  for (const char* name : {"qwen3moe-q4_0", "qwen3moe-q8_0", "mixtral-q4_0", "qwen3-q4_0", "llama-f16"}) {
+  for (const char* name : {"qwen3moe-q4_0", "qwen3moe-q8_0", "mixtral-q4_0", "qwen3-q4_0", "llama-f16",
+                           "qwen3moe-q4_k_m", "qwen3-q6_k"}) {
     DF_REQUIRE_SHARED(path, std::string("models/") + name + ".gguf");
     SCOPED_TRACE(name);
     auto files = engine::open_model_files(path.string());
@@ -52,7 +53,13 @@ TEST(GpuPlanOnDevice, SessionAndWeightBytesMatchThePlan) {
     for (uint32_t batch : {1u, 64u, 512u}) {
       auto s = cuda::GpuSession::create(m, {.n_ctx = 512, .max_batch = batch, .grouped_experts = true});
       ASSERT_TRUE(s.ok()) << s.error().message;
-      const uint64_t want = cuda::session_buffers(f.spec, {.n_ctx = 512, .max_batch = batch}).total();
+      // The K-quant files' dense products prefill through dequantized tiles, whose workspace the session holds.
+      bool dequant = f.tensors.output && cuda::dequant_prefill_type(f.tensors.output->type);
+      for (const auto& l : f.tensors.layers)
+        for (auto* w : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down})
+          dequant = dequant || (w && cuda::dequant_prefill_type(w->type));
+      const uint64_t want =
+          cuda::session_buffers(f.spec, {.n_ctx = 512, .max_batch = batch, .dequant_tiles = dequant}).total();
       EXPECT_EQ((*s)->device_bytes(), want) << "batch " << batch;
     }
   }

@@ -39,7 +39,27 @@ inline uint64_t row_bytes_of(gguf::GgmlType t, int64_t cols) {
     case gguf::GgmlType::Q8_0: return uint64_t(cols / 32) * sizeof(cpu::BlockQ8_0);
     case gguf::GgmlType::F16:
     case gguf::GgmlType::BF16: return uint64_t(cols) * 2;
-    default: return uint64_t(cols) * 4;
+    case gguf::GgmlType::F32: return uint64_t(cols) * 4;
+    default: return gguf::row_bytes(t, uint64_t(cols));
+  }
+}
+
+// Where a block of the K-quant, IQ4 and offset types keeps its f16 scales (random bytes there may be NaN or huge):
+// byte offsets within the block, up to two.
+inline std::vector<int> f16_fields(gguf::GgmlType t) {
+  using gguf::GgmlType;
+  switch (t) {
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q5_0:
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: return {0};
+    case GgmlType::Q2_K: return {80, 82};
+    case GgmlType::Q3_K: return {108};
+    case GgmlType::Q6_K: return {208};
+    default: return {};
   }
 }
 
@@ -64,6 +84,15 @@ inline HostMat random_mat(gguf::GgmlType t, int64_t rows, int64_t cols, uint32_t
         b[j].d = cpu::f32_to_f16(scale(rng));
         for (auto& q : b[j].qs) q = int8_t(int(rng() % 255) - 127);
       }
+    } else if (!f16_fields(t).empty()) {
+      // Every other byte random (codes, packed sub-block scales), the f16 scales small and finite.
+      const gguf::TypeInfo* ti = gguf::type_info(t);
+      for (uint64_t i = 0; i < m.row_bytes; ++i) row[i] = uint8_t(rng() & 0xff);
+      for (uint64_t b = 0; b < m.row_bytes / ti->block_bytes; ++b)
+        for (int off : f16_fields(t)) {
+          const uint16_t h = cpu::f32_to_f16(scale(rng) * (off == 0 ? 1.0f : 0.5f));
+          std::memcpy(row + b * ti->block_bytes + off, &h, 2);
+        }
     } else if (t == gguf::GgmlType::F16 || t == gguf::GgmlType::BF16) {
       auto* h = reinterpret_cast<uint16_t*>(row);
       for (int64_t i = 0; i < cols; ++i) h[i] = t == gguf::GgmlType::F16 ? cpu::f32_to_f16(val(rng)) : cpu::f32_to_bf16(val(rng));

@@ -17,7 +17,8 @@
 namespace df::test {
 namespace {
 
-const char* const kMoeModels[] = {"qwen3moe-q4_0", "qwen3moe-q8_0", "mixtral-q4_0"};
+const char* const kMoeModels[] = {"qwen3moe-q4_0",   "qwen3moe-q8_0",   "mixtral-q4_0",  "qwen3moe-q4_k_m",
+                                  "qwen3moe-q3_k_m", "qwen3moe-iq4_xs", "mixtral-q5_k_m"};
 
 class GpuStream : public ::testing::TestWithParam<const char*> {};
 
@@ -244,7 +245,52 @@ TEST(GpuStreamBudget, OpensWithinABudget) {
   if (st.gpu) EXPECT_GE(st.gpu_slots, 2 * (*g)->spec().n_expert_used);
 }
 
+// The K-quant and IQ4 files (records of mixed types, layers of different record sizes) under the smallest budget
+// the GPU plan accepts, the one its refusal of a smaller budget names ("= <bytes> at least"): the gold cases, robust
+// ones byte for byte, within that budget (plus the 8 MiB a second measurement of the CUDA context may need).
+class GpuKQuantBudget : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuKQuantBudget, GoldCasesMatchUnderTheSmallestAcceptedBudget) {
+  DF_REQUIRE_GPU();
+  const std::string name = GetParam();
+  DF_REQUIRE_SHARED(path, "models/" + name + ".gguf");
+  const auto cases = read_gold((shared_dir() / "models" / (name + ".gold.json")).string());
+  const engine::GpuOptions small{.budget = 64ull << 20};
+  auto tiny = engine::Model::open(path.string(), {.n_ctx = 1024, .backend = engine::Backend::kCuda, .gpu = small});
+  ASSERT_FALSE(tiny.ok());
+  const std::string& why = tiny.error().message;
+  const size_t at = why.rfind(" bytes) at least"), open = why.rfind('(', at);
+  ASSERT_TRUE(at != std::string::npos && open != std::string::npos) << why;
+  const uint64_t need = std::stoull(why.substr(open + 1, at - open - 1));
+  std::printf("[gpu-kquant-budget] %-16s smallest budget %.1f MiB (from: %s)\n", name.c_str(), need / 1048576.0,
+              why.c_str());
+  // 8 MiB over it: the second open measures the context again, which may come out a page or two larger.
+  const uint64_t budget = need + (8ull << 20);
+  auto m = open_gpu(path.string(), 1024, {.budget = budget});
+  ASSERT_TRUE(m);
+  const engine::ModelStats st0 = m->stats();
+  std::printf("[gpu-kquant-budget] %-16s %s\n", name.c_str(), m->describe().c_str());
+  PieceDecoder pieces(m->file());
+  for (const auto& c : cases) {
+    auto s = session_of(*m);
+    ASSERT_TRUE(s);
+    const auto ids = greedy_gpu(*s, c.prompt_ids, c.n_predict);
+    std::string text;
+    for (int32_t id : ids) text += pieces.piece(id);
+    std::printf("[gpu-kquant-budget] %-16s robust=%d common prefix %zu/%zu bytes\n", name.c_str(), c.robust,
+                common_prefix(text, c.completion), c.completion.size());
+    if (c.robust) {
+      EXPECT_EQ(text, c.completion) << name << " prompt: " << c.prompt;
+    }
+  }
+  EXPECT_LE(cuda::device_memory_used(), budget);
+  EXPECT_GE(st0.gpu_slots, 2 * m->spec().n_expert_used);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, GpuStream, ::testing::ValuesIn(kMoeModels), model_param_name);
+INSTANTIATE_TEST_SUITE_P(Models, GpuKQuantBudget,
+                         ::testing::Values("qwen3moe-q4_k_m", "qwen3moe-q3_k_m", "qwen3moe-iq4_xs", "mixtral-q5_k_m"),
+                         model_param_name);
 
 }  // namespace
 }  // namespace df::test

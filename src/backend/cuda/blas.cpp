@@ -39,36 +39,65 @@ Handles& handles() {
   return *h;
 }
 
-}  // namespace
-
-bool sgemm_rows(const SgemmRowsArgs& a) {
-  DF_CHECK(a.w != nullptr && a.x != nullptr && a.y != nullptr);
-  DF_CHECK(a.rows > 0 && a.cols > 0 && a.n_tok > 0 && a.ld_w >= a.cols);
-  constexpr int64_t kMax = 0x7fffffff;
-  if (a.rows > kMax || a.cols > kMax || a.n_tok > kMax || a.ld_w > kMax) return false;
+// Runs enqueue(handle) with this device's handle bound to `stream`, under the lock; false (nothing run) when the
+// handle does not exist yet and the stream is being captured, or `probe` asks only whether it would run.
+template <typename Fn>
+bool with_handle(cudaStream_t stream, Fn&& enqueue, bool probe = false) {
   int dev = 0;
   DF_CUDA_CHECK(cudaGetDevice(&dev));
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  DF_CUDA_CHECK(cudaStreamIsCapturing(a.stream, &cap));
+  DF_CUDA_CHECK(cudaStreamIsCapturing(stream, &cap));
   Handles& h = handles();
   std::lock_guard<std::mutex> lock(h.mu);
   if (size_t(dev) >= h.per_device.size()) h.per_device.resize(size_t(dev) + 1, nullptr);
   cublasHandle_t& handle = h.per_device[size_t(dev)];
+  if (handle == nullptr && cap != cudaStreamCaptureStatusNone) return false;
+  if (probe) return true;
   if (handle == nullptr) {
-    if (cap != cudaStreamCaptureStatusNone) return false;
     DF_CUBLAS_CHECK(cublasCreate(&handle));
-    DF_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));  // f32 throughout: no TF32 tensor cores
+    // f32 products stay f32 (no TF32); f16 inputs still take the tensor cores.
+    DF_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
   }
-  DF_CUBLAS_CHECK(cublasSetStream(handle, a.stream));
+  DF_CUBLAS_CHECK(cublasSetStream(handle, stream));
   // No workspace: one shared workspace could be written by products running at once on different streams (and
   // cublasSetStream has just reset it to the default pool).
   DF_CUBLAS_CHECK(cublasSetWorkspace(handle, nullptr, 0));
-  // Column-major view: W is a cols x rows matrix with leading dimension ld_w, x a cols x n_tok one, y a rows x n_tok
-  // one; y = W^T x.
-  const float one = 1.0f, zero = 0.0f;
-  DF_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(a.rows), int(a.n_tok), int(a.cols), &one, a.w,
-                              int(a.ld_w), a.x, int(a.cols), &zero, a.y, int(a.rows)));
+  enqueue(handle);
   return true;
+}
+
+constexpr int64_t kMax = 0x7fffffff;
+
+}  // namespace
+
+bool available(cudaStream_t stream) {
+  return with_handle(stream, [](cublasHandle_t) {}, /*probe=*/true);
+}
+
+bool sgemm_rows(const SgemmRowsArgs& a) {
+  DF_CHECK(a.w != nullptr && a.x != nullptr && a.y != nullptr);
+  DF_CHECK(a.rows > 0 && a.cols > 0 && a.n_tok > 0 && a.ld_w >= a.cols);
+  if (a.rows > kMax || a.cols > kMax || a.n_tok > kMax || a.ld_w > kMax) return false;
+  return with_handle(a.stream, [&](cublasHandle_t handle) {
+    // Column-major view: W is a cols x rows matrix with leading dimension ld_w, x a cols x n_tok one, y a rows x
+    // n_tok one; y = W^T x.
+    const float one = 1.0f, zero = 0.0f;
+    DF_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(a.rows), int(a.n_tok), int(a.cols), &one, a.w,
+                                int(a.ld_w), a.x, int(a.cols), &zero, a.y, int(a.rows)));
+  });
+}
+
+bool hgemm_rows(const HgemmRowsArgs& a) {
+  DF_CHECK(a.w != nullptr && a.x != nullptr && a.y != nullptr);
+  DF_CHECK(a.rows > 0 && a.cols > 0 && a.n_tok > 0 && a.ld_w >= a.cols && a.ld_y >= a.rows);
+  if (a.rows > kMax || a.cols > kMax || a.n_tok > kMax || a.ld_w > kMax || a.ld_y > kMax) return false;
+  return with_handle(a.stream, [&](cublasHandle_t handle) {
+    // As sgemm_rows, with y's leading dimension ld_y.
+    const float one = 1.0f, zero = 0.0f;
+    DF_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(a.rows), int(a.n_tok), int(a.cols), &one, a.w,
+                                 CUDA_R_16F, int(a.ld_w), a.x, CUDA_R_16F, int(a.cols), &zero, a.y, CUDA_R_32F,
+                                 int(a.ld_y), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  });
 }
 
 }  // namespace df::cuda::blas

@@ -6,11 +6,37 @@ namespace df::cuda {
 
 namespace {
 constexpr uint64_t kQ8Bytes = 34;  // one Q8_0 block: f16 scale + 32 int8
-bool quantized(gguf::GgmlType t) { return t == gguf::GgmlType::Q4_0 || t == gguf::GgmlType::Q8_0; }
+// The tensor-core types (mmq.cu).
+bool mma_type(gguf::GgmlType t) { return t == gguf::GgmlType::Q4_0 || t == gguf::GgmlType::Q8_0; }
 }  // namespace
 
+bool q8_activation_type(gguf::GgmlType t) {
+  using gguf::GgmlType;
+  switch (t) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS: return true;
+    default: return false;
+  }
+}
+
+bool dequant_prefill_type(gguf::GgmlType t) { return q8_activation_type(t) && !mma_type(t); }
+
+uint64_t dequant_work_bytes(int64_t cols, int64_t n_tok) {
+  return uint64_t(cols) * uint64_t(n_tok + kDequantTileRows) * 2;
+}
+
 uint64_t q8_scratch_bytes(gguf::GgmlType t, int64_t cols, int64_t n_vec) {
-  return quantized(t) ? uint64_t(cols / 32) * kQ8Bytes * uint64_t(n_vec) : 0;
+  return q8_activation_type(t) ? uint64_t(cols / 32) * kQ8Bytes * uint64_t(n_vec) : 0;
 }
 
 uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx) {
@@ -27,7 +53,9 @@ int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots) {
   return n_slots / std::max(tile_slots, 1) + std::min<int64_t>(n_expert, n_slots);
 }
 
-int32_t moe_tile_slots(gguf::GgmlType t) { return quantized(t) ? 32 : 8; }
+int32_t moe_tile_slots(gguf::GgmlType t) { return q8_activation_type(t) ? 32 : 8; }
+
+bool int8_mma_type(gguf::GgmlType t) { return mma_type(t); }
 
 const char* buf_name(Buf b) {
   static const char* const names[kBufCount] = {
@@ -36,7 +64,8 @@ const char* buf_name(Buf b) {
       "attention partial results", "gate activations", "up activations", "router logits", "expert ids",
       "expert weights", "expert outputs", "expert order", "expert tiles", "expert inputs",
       "quantized activations", "logits", "the next token", "streamed experts' activations",
-      "streamed experts' plans", "streamed experts' quantized inputs", "look-ahead routing"};
+      "streamed experts' plans", "streamed experts' quantized inputs", "look-ahead routing",
+      "dequantized weight tiles"};
   return names[int(b)];
 }
 
@@ -79,6 +108,7 @@ BufferTable session_buffers(const model::ModelSpec& s, const SessionShape& sh) {
   // The widest input of any product, for the most input vectors (the experts' down projection has B * K).
   const uint64_t max_cols = std::max<uint64_t>({E, uint64_t(s.n_head) * s.head_dim_v, s.n_ff, s.n_ff_expert});
   set(Buf::scratch, (max_cols / 32 + 1) * kQ8Bytes * nk);
+  if (sh.dequant_tiles) set(Buf::dequant, dequant_work_bytes(int64_t(max_cols), int64_t(B)));
   set(Buf::logits, uint64_t(s.n_vocab) * 4);
   set(Buf::next, 4);
   if (s.moe() && sh.streams_experts) {

@@ -8,9 +8,13 @@
 // exactly as matmul.cu's row_dot: lane l accumulates blocks l, l + 32, ... in order with the same f32 operations,
 // and the warp butterfly reduces the 32 partial sums. So each product equals matmul's bit for bit, and the fused
 // epilogues (residual add, SwiGLU, Q8_0 quantization, routed-expert combine) repeat the unfused kernels' roundings.
+// The K-quant, IQ4 and offset types (kquant.cuh) take the same kernels with their pieces decoded straight from the
+// rows (2-byte reads, the blocks being 2-byte aligned at best) instead of the word windows, in matmul's order too.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kquant.cuh"
 #include "backend/cuda/rms.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
@@ -37,7 +41,7 @@ constexpr int kMaxHeadDim = 512;
 static_assert(kMaxHeadDim / 2 <= kNormThreads);  // qk_norm_rope_store: a thread per rotated pair
 constexpr int kActWords = 9;                      // a staged Q8_0 block: 8 words of int8 quads, then the f32 scale
 
-bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || kq::piece_type(t); }
 __host__ __device__ inline uint64_t q8_bytes(int64_t cols) { return uint64_t(cols / dev::kQK) * dev::kQ8Bytes; }
 __host__ __device__ inline uint64_t act_bytes(int64_t cols) { return uint64_t(cols / dev::kQK) * kActWords * 4; }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -45,9 +49,13 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Rows the kernels read as aligned words: 16-byte aligned rows (data and row_bytes), which also leaves room for the
 // 2 bytes past the last block that its word window may cover (an odd block count leaves the row's used bytes 2 short
 // of a multiple of 4).
+// The piece types read 2-byte halves only: rows 2-byte aligned, whole blocks.
 bool rows_stageable(const model::Mat& w) {
-  return w.data != nullptr && quantized(w.type) && w.cols > 0 && w.cols % dev::kQK == 0 && w.rows > 0 &&
-         aligned16(w.data) && w.row_bytes % 16 == 0 &&
+  if (w.data == nullptr || !quantized(w.type) || w.cols <= 0 || w.rows <= 0) return false;
+  if (kq::piece_type(w.type))
+    return w.cols % kq::block_elems(w.type) == 0 && reinterpret_cast<uintptr_t>(w.data) % 2 == 0 &&
+           w.row_bytes % 2 == 0 && w.row_bytes >= uint64_t(w.cols / kq::block_elems(w.type)) * kq::block_bytes(w.type);
+  return w.cols % dev::kQK == 0 && aligned16(w.data) && w.row_bytes % 16 == 0 &&
          w.row_bytes >= uint64_t(w.cols / dev::kQK) * (w.type == GgmlType::Q4_0 ? dev::kQ4Bytes : dev::kQ8Bytes);
 }
 
@@ -65,6 +73,32 @@ void allow_smem(Kernel kernel, uint64_t bytes) {
   if (bytes > 48 * 1024)
     DF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
+
+// f(std::integral_constant<GgmlType, T>) for a weight type the kernels take.
+template <typename F>
+void by_type(GgmlType t, F&& f) {
+  switch (t) {
+#define DF_DECODE_TYPE(T) \
+  case T: f(std::integral_constant<GgmlType, T>{}); break;
+    DF_DECODE_TYPE(GgmlType::Q4_0)
+    DF_DECODE_TYPE(GgmlType::Q8_0)
+    DF_DECODE_TYPE(GgmlType::Q4_1)
+    DF_DECODE_TYPE(GgmlType::Q5_0)
+    DF_DECODE_TYPE(GgmlType::Q5_1)
+    DF_DECODE_TYPE(GgmlType::IQ4_NL)
+    DF_DECODE_TYPE(GgmlType::Q2_K)
+    DF_DECODE_TYPE(GgmlType::Q3_K)
+    DF_DECODE_TYPE(GgmlType::Q4_K)
+    DF_DECODE_TYPE(GgmlType::Q5_K)
+    DF_DECODE_TYPE(GgmlType::Q6_K)
+    DF_DECODE_TYPE(GgmlType::IQ4_XS)
+#undef DF_DECODE_TYPE
+    default: DF_CHECK_MSG(false, "decode kernels: unsupported weight type");
+  }
+}
+
+// Experts' strides: 16-byte multiples for the word windows of Q4_0/Q8_0, 2-byte ones for the pieces.
+bool stride_ok(GgmlType t, uint64_t stride) { return stride % (kq::piece_type(t) ? 2 : 16) == 0; }
 
 // n_blocks Q8_0 blocks (34 bytes each, contiguous, 2-byte aligned) into dst as kActWords words per block: word k < 8
 // holds elements 4k .. 4k+3 (as load_i32_a2 reads them), word 8 the f16 scale widened to f32. Lane l reads words
@@ -121,7 +155,7 @@ __device__ __forceinline__ void quantize_act(int* __restrict__ dst, const float*
 }
 
 template <GgmlType T>
-constexpr int kRawWords = T == GgmlType::Q4_0 ? 5 : 9;  // aligned words covering one block
+constexpr int kRawWords = T == GgmlType::Q4_0 ? 5 : T == GgmlType::Q8_0 ? 9 : 1;  // aligned words covering a block
 
 // The aligned words covering block b of a row that starts 4-byte aligned. Weights are read once: no L1 allocation.
 template <GgmlType T>
@@ -161,11 +195,13 @@ struct RowsStep {
 template <GgmlType T, int R, int U>
 __device__ __forceinline__ void load_step(RowsStep<T, R, U>& s, const uint8_t* const (&rows)[R], int nr, int nb,
                                           int b0) {
+  if constexpr (!kq::piece_type(T)) {  // the pieces are read where they are used
 #pragma unroll
-  for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (b0 + 32 * u < nb && r < nr) load_raw<T>(rows[r], b0 + 32 * u, s.raw[u][r]);
+      for (int r = 0; r < R; ++r)
+        if (b0 + 32 * u < nb && r < nr) load_raw<T>(rows[r], b0 + 32 * u, s.raw[u][r]);
+  }
 }
 
 // Lane `lane`'s partial dot products of nr (<= R) weight rows (rows[r], nb blocks each) with nt (<= NT) staged
@@ -195,6 +231,23 @@ __device__ __forceinline__ void rows_dots(RowsStep<T, R, U>& s, const uint8_t* c
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r >= nr) break;
+        if constexpr (kq::piece_type(T)) {
+          // matmul.cu's row_dot for these types: each piece's dot added in order, with the same roundings.
+          const kq::Piece wp = kq::piece<T>(rows[r], b);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            if (j < nt) {
+              const int* ab;
+              if constexpr (kSameAct) ab = same[j];
+              else ab = act[r] + j * act_words + b * kActWords;
+              int a8[8];
+#pragma unroll
+              for (int k = 0; k < 8; ++k) a8[k] = ab[k];
+              acc[r][j] = kq::piece_dot<T>(wp, a8, __int_as_float(ab[8]), acc[r][j]);
+            }
+          }
+          continue;
+        }
         int wq[8];
         const float dw = unpack_raw<T>(s.raw[u][r], b, wq);
 #pragma unroll
@@ -516,13 +569,10 @@ void decode_matvec(const DecodeMatvecArgs& a) {
   }
   DF_CHECK(tiles <= 0x7fffffff);
   const bool one = a.n_tok == 1;
-  if (w0.type == GgmlType::Q4_0) {
-    one ? launch_matvec<GgmlType::Q4_0, 1>(p, tiles, smem, a.stream)
-        : launch_matvec<GgmlType::Q4_0, kDecodeMaxTok>(p, tiles, smem, a.stream);
-  } else {
-    one ? launch_matvec<GgmlType::Q8_0, 1>(p, tiles, smem, a.stream)
-        : launch_matvec<GgmlType::Q8_0, kDecodeMaxTok>(p, tiles, smem, a.stream);
-  }
+  by_type(w0.type, [&](auto tc) {
+    constexpr GgmlType T = decltype(tc)::value;
+    one ? launch_matvec<T, 1>(p, tiles, smem, a.stream) : launch_matvec<T, kDecodeMaxTok>(p, tiles, smem, a.stream);
+  });
   DF_CUDA_CHECK_LAUNCH();
 }
 
@@ -567,24 +617,20 @@ void moe_decode_gate_up(const MoeDecodeGateUpArgs& a) {
   DF_CHECK(rows_stageable(a.gate) && rows_stageable(a.up));
   DF_CHECK(a.gate.type == a.up.type && a.gate.cols == a.up.cols && a.gate.rows == a.up.rows &&
            a.gate.row_bytes == a.up.row_bytes && a.gate.rows % kGuRows == 0);
-  DF_CHECK(a.gate_stride % 16 == 0 && a.up_stride % 16 == 0);
+  DF_CHECK(stride_ok(a.gate.type, a.gate_stride) && stride_ok(a.up.type, a.up_stride));
   DF_CHECK(a.gate_stride >= uint64_t(a.gate.rows) * a.gate.row_bytes);
   DF_CHECK(a.up_stride >= uint64_t(a.up.rows) * a.up.row_bytes);
   const uint64_t smem = gate_up_smem(a.gate);
   DF_CHECK(smem <= smem_limit());
   const dim3 grid{unsigned(a.gate.rows / kGuRows), unsigned(a.n_tok * a.n_used)};
   const int threads = kGuWarps * 32;
-  if (a.gate.type == GgmlType::Q4_0) {
-    allow_smem(moe_gate_up_kernel<GgmlType::Q4_0>, smem);
-    moe_gate_up_kernel<GgmlType::Q4_0><<<grid, threads, smem, a.stream>>>(
-        a.gate.data, a.gate_stride, a.up.data, a.up_stride, a.gate.row_bytes, a.gate.cols, a.gate.rows, a.n_expert,
-        a.ids, a.n_used, a.x_q8, a.act, a.act_q8);
-  } else {
-    allow_smem(moe_gate_up_kernel<GgmlType::Q8_0>, smem);
-    moe_gate_up_kernel<GgmlType::Q8_0><<<grid, threads, smem, a.stream>>>(
-        a.gate.data, a.gate_stride, a.up.data, a.up_stride, a.gate.row_bytes, a.gate.cols, a.gate.rows, a.n_expert,
-        a.ids, a.n_used, a.x_q8, a.act, a.act_q8);
-  }
+  by_type(a.gate.type, [&](auto tc) {
+    constexpr GgmlType T = decltype(tc)::value;
+    allow_smem(moe_gate_up_kernel<T>, smem);
+    moe_gate_up_kernel<T><<<grid, threads, smem, a.stream>>>(a.gate.data, a.gate_stride, a.up.data, a.up_stride,
+                                                             a.gate.row_bytes, a.gate.cols, a.gate.rows, a.n_expert,
+                                                             a.ids, a.n_used, a.x_q8, a.act, a.act_q8);
+  });
   DF_CUDA_CHECK_LAUNCH();
 }
 
@@ -592,7 +638,7 @@ void moe_decode_down(const MoeDecodeDownArgs& a) {
   DF_CHECK(a.ids != nullptr && a.weights != nullptr && a.act_q8 != nullptr && a.out != nullptr);
   DF_CHECK(a.n_tok >= 1 && a.n_tok <= kDecodeMaxTok && a.n_used >= 1 && a.n_used <= kMaxUsed &&
            a.n_expert >= a.n_used);
-  DF_CHECK(rows_stageable(a.down) && a.down_stride % 16 == 0);
+  DF_CHECK(rows_stageable(a.down) && stride_ok(a.down.type, a.down_stride));
   DF_CHECK(a.down_stride >= uint64_t(a.down.rows) * a.down.row_bytes);
   const uint64_t smem = down_smem(a.down, a.n_used);
   DF_CHECK(smem <= smem_limit());
@@ -600,17 +646,13 @@ void moe_decode_down(const MoeDecodeDownArgs& a) {
   DF_CHECK(gx <= 0x7fffffff);
   const dim3 grid{unsigned(gx), unsigned(a.n_tok)};
   const int threads = kDnWarps * 32;
-  if (a.down.type == GgmlType::Q4_0) {
-    allow_smem(moe_down_kernel<GgmlType::Q4_0>, smem);
-    moe_down_kernel<GgmlType::Q4_0><<<grid, threads, smem, a.stream>>>(
-        a.down.data, a.down_stride, a.down.row_bytes, a.down.rows, a.down.cols, a.n_expert, a.ids, a.weights,
-        a.n_used, a.act_q8, a.x, a.out);
-  } else {
-    allow_smem(moe_down_kernel<GgmlType::Q8_0>, smem);
-    moe_down_kernel<GgmlType::Q8_0><<<grid, threads, smem, a.stream>>>(
-        a.down.data, a.down_stride, a.down.row_bytes, a.down.rows, a.down.cols, a.n_expert, a.ids, a.weights,
-        a.n_used, a.act_q8, a.x, a.out);
-  }
+  by_type(a.down.type, [&](auto tc) {
+    constexpr GgmlType T = decltype(tc)::value;
+    allow_smem(moe_down_kernel<T>, smem);
+    moe_down_kernel<T><<<grid, threads, smem, a.stream>>>(a.down.data, a.down_stride, a.down.row_bytes, a.down.rows,
+                                                          a.down.cols, a.n_expert, a.ids, a.weights, a.n_used,
+                                                          a.act_q8, a.x, a.out);
+  });
   DF_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
 // Element-wise steps of the forward pass: SwiGLU, the residual add, KV cache stores (f16) and embedding row gathers.
 // Roundings are spelled out (__f*_rn) where the CPU code rounds each operation, so nvcc does not fuse them.
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kquant.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
@@ -69,6 +70,13 @@ __global__ void get_rows_kernel(const uint8_t* __restrict__ table, int64_t rows,
         o[e] = float(int8_t(bb[2 + i])) * d;
       }
     }
+  } else if constexpr (kq::piece_type(T)) {
+    // A thread per 32-element piece.
+    for (int64_t p = threadIdx.x; p < cols / dev::kQK; p += blockDim.x) {
+      const kq::Piece w = kq::piece<T>(r, p);
+#pragma unroll
+      for (int i = 0; i < dev::kQK; ++i) o[p * dev::kQK + i] = kq::piece_value(w, i);
+    }
   } else {
     for (int64_t e = threadIdx.x; e < cols; e += blockDim.x) {
       if constexpr (T == GgmlType::F16) o[e] = dev::f16_to_f32(reinterpret_cast<const uint16_t*>(r)[e]);
@@ -108,25 +116,34 @@ void get_rows(const GetRowsArgs& a) {
   DF_CHECK(w.data != nullptr && matmul_type_supported(w.type) && w.rows > 0 && w.cols > 0);
   DF_CHECK(a.ids != nullptr && a.out != nullptr && a.n >= 0 && a.n <= 0x7fffffff);
   if (w.type == GgmlType::Q4_0 || w.type == GgmlType::Q8_0) DF_CHECK(w.cols % dev::kQK == 0);
+  if (kq::piece_type(w.type)) DF_CHECK(w.cols % kq::block_elems(w.type) == 0);
   DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 2 == 0 && w.row_bytes % 2 == 0);
   if (a.n == 0) return;
   const unsigned grid = unsigned(a.n);
   switch (w.type) {
-    case GgmlType::Q4_0:
-      get_rows_kernel<GgmlType::Q4_0><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::Q8_0:
-      get_rows_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::F16:
-      get_rows_kernel<GgmlType::F16><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
-    case GgmlType::BF16:
-      get_rows_kernel<GgmlType::BF16><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
-      break;
+#define DF_GET_ROWS_CASE(T)                                                                                     \
+  case T:                                                                                                       \
+    get_rows_kernel<T><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out); \
+    break;
+    DF_GET_ROWS_CASE(GgmlType::Q4_0)
+    DF_GET_ROWS_CASE(GgmlType::Q8_0)
+    DF_GET_ROWS_CASE(GgmlType::Q4_1)
+    DF_GET_ROWS_CASE(GgmlType::Q5_0)
+    DF_GET_ROWS_CASE(GgmlType::Q5_1)
+    DF_GET_ROWS_CASE(GgmlType::IQ4_NL)
+    DF_GET_ROWS_CASE(GgmlType::Q2_K)
+    DF_GET_ROWS_CASE(GgmlType::Q3_K)
+    DF_GET_ROWS_CASE(GgmlType::Q4_K)
+    DF_GET_ROWS_CASE(GgmlType::Q5_K)
+    DF_GET_ROWS_CASE(GgmlType::Q6_K)
+    DF_GET_ROWS_CASE(GgmlType::IQ4_XS)
+    DF_GET_ROWS_CASE(GgmlType::F16)
+    DF_GET_ROWS_CASE(GgmlType::BF16)
+#undef DF_GET_ROWS_CASE
     default:
       DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 4 == 0 && w.row_bytes % 4 == 0);
-      get_rows_kernel<GgmlType::F32><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out);
+      get_rows_kernel<GgmlType::F32><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids,
+                                                                      a.out);
       break;
   }
   DF_CUDA_CHECK_LAUNCH();

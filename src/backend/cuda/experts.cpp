@@ -74,7 +74,8 @@ void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bo
   float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
   if (grouped_ && n > 1) {
     const int64_t n_slots = n * K;
-    // Quantized experts take tiles of 32 slots on the tensor cores (tiles is sized for 8, which needs the most).
+    // Quantized experts take tiles of 32 slots, on the tensor cores for Q4_0/Q8_0 (tiles is sized for 8, which
+    // needs the most).
     const int32_t ts = std::min({moe_tile_slots(l.gate_exps.type), moe_tile_slots(l.up_exps.type),
                                  moe_tile_slots(l.down_exps.type)});
     moe_plan({.ids = ids, .n_slots = n_slots, .n_expert = int32_t(s.n_expert), .order = at<int32_t>(Buf::order),
@@ -86,7 +87,9 @@ void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bo
     MoeGroupedMatmulArgs g = gb, u = gb, d = gb;
     g.w = l.gate_exps, g.expert_stride = l.gate_stride, g.x = xn, g.y = gate;
     u.w = l.up_exps, u.expert_stride = l.up_stride, u.x = xn, u.y = up;
-    if (ts > 8) {  // gate and up read the same Q8_0 rows of xn, one per token
+    // Tensor cores: gate and up read the same Q8_0 rows of xn, one per token (the warp kernels of the other types
+    // gather and quantize their inputs in scratch themselves).
+    if (ts > 8 && int8_mma_type(l.gate_exps.type) && int8_mma_type(l.up_exps.type)) {
       quantize_q8_0({.x = xn, .y = scratch, .n_rows = n, .cols = int64_t(s.n_embd), .stream = m_.stream});
       g.x_q8 = u.x_q8 = scratch;
     }

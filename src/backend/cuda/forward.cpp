@@ -23,7 +23,7 @@ void Forward::run(int64_t n, bool all_logits, float* logits) {
   const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
   const uint8_t* xq = norm_input(x + first * E, w.output_norm(), n_out, {&w.output()});
   matmul({.w = w.output(), .x = at<float>(Buf::xn), .n_tok = n_out, .y = logits, .scratch = at<uint8_t>(Buf::scratch),
-          .stream = m_.stream, .x_q8 = xq});
+          .stream = m_.stream, .x_q8 = xq, .dequant = at<uint8_t>(Buf::dequant)});
 }
 
 const uint8_t* Forward::norm_input(const float* x, const float* weight, int64_t n,
@@ -32,7 +32,7 @@ const uint8_t* Forward::norm_input(const float* x, const float* weight, int64_t 
   const int64_t E = s.n_embd;
   bool q8 = ws.size() > 0;
   for (const model::Mat* w : ws)
-    q8 = q8 && (w->type == gguf::GgmlType::Q4_0 || w->type == gguf::GgmlType::Q8_0) && w->cols == E;
+    q8 = q8 && q8_activation_type(w->type) && w->cols == E;
   if (!q8) {
     rms_norm({.x = x, .weight = weight, .y = at<float>(Buf::xn), .n_rows = n, .cols = E, .eps = s.norm_eps,
               .stream = m_.stream});
@@ -58,7 +58,7 @@ void Forward::products(int64_t n, const uint8_t* xq, std::initializer_list<std::
   }
   for (const auto& [w, y] : outs)
     matmul({.w = *w, .x = at<float>(Buf::xn), .n_tok = n, .y = y, .scratch = at<uint8_t>(Buf::scratch),
-            .stream = m_.stream, .x_q8 = xq});
+            .stream = m_.stream, .x_q8 = xq, .dequant = at<uint8_t>(Buf::dequant)});
 }
 
 // For a few tokens one decode_matvec launch that adds into x in its epilogue, quantizing `in` in each of its blocks
@@ -76,7 +76,8 @@ void Forward::add_product(const model::Mat& w, const float* in, int64_t n) {
     decode_matvec(d);
     return;
   }
-  matmul({.w = w, .x = in, .n_tok = n, .y = at<float>(Buf::proj), .scratch = scratch, .stream = m_.stream});
+  matmul({.w = w, .x = in, .n_tok = n, .y = at<float>(Buf::proj), .scratch = scratch, .stream = m_.stream,
+          .dequant = at<uint8_t>(Buf::dequant)});
   add({.x = x, .y = at<float>(Buf::proj), .n = n * int64_t(m_.spec.n_embd), .stream = m_.stream});
 }
 

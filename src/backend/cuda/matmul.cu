@@ -2,13 +2,21 @@
 // per block column (the weight row is read once per tile), lane partial sums reduced over the warp.
 //   - Q4_0 / Q8_0: activations pre-quantized to Q8_0 (quantize.cu), integer dot products per 32-block (dp4a, exact),
 //     scaled by d_w * d_a and accumulated in f32: only the float accumulation order differs from the CPU's.
+//   - the K-quants, IQ4 and Q4_1 / Q5_0 / Q5_1 (kquant.cuh): the same Q8_0 activations, each 32-element piece of a
+//     weight row decoded to codes, per-half scales and offsets; integer dot products (and code sums for the offsets)
+//     per half, scaled in f32. The CPU quantizes these products' activations to Q8_K super-blocks instead, so they
+//     agree within the activations' rounding, not bit for bit.
 //   - F16 / BF16: activations rounded to f16 / bf16 as the CPU converts them, f32 fused multiply-adds.
 //   - F32: f32 fused multiply-adds.
-// Float weights for a few vectors take a block per row (float_matvec_kernel); F32 batches go to cuBLAS (blas.cpp).
+// Float weights for a few vectors take a block per row (float_matvec_kernel); F32 batches go to cuBLAS (blas.cpp),
+// and so do prefill batches of the K-quant, IQ4 and offset types, through dequantized f16 tiles (dequant_products).
 // The routed-expert variant picks a weight matrix per input vector from ids read on the device. Q4_0/Q8_0 prefill
 // batches go to the tensor-core kernel of mmq.cu instead.
+#include <algorithm>
+
 #include "backend/cuda/blas.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kquant.cuh"
 #include "backend/cuda/mmq.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
@@ -21,6 +29,7 @@ using gguf::GgmlType;
 namespace {
 
 constexpr int kTile = 8;    // input vectors per block column
+constexpr int kPieceTile = 32;  // moe_grouped_kernel's slots per tile for the piece types (moe_tile_slots)
 constexpr int kWarps = 4;   // weight rows per block
 constexpr int kFvThreads = 256;  // float_matvec_kernel: threads per weight row
 
@@ -58,6 +67,21 @@ __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ w, int64_t c
 #pragma unroll
           for (int k = 0; k < 8; ++k) p = __dp4a(wq[k], dev::load_i32_a2(ab + 2 + 4 * k), p);
           acc[j] = fmaf(dw * da, float(p), acc[j]);
+        }
+      }
+    }
+  } else if constexpr (kq::piece_type(T)) {
+    const int64_t np = cols / dev::kQK;
+    for (int64_t p = lane; p < np; p += 32) {
+      const kq::Piece wp = kq::piece<T>(w, p);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (j < nt) {
+          const uint8_t* ab = act + j * act_stride + p * dev::kQ8Bytes;
+          int a[8];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) a[k] = dev::load_i32_a2(ab + 2 + 4 * k);
+          acc[j] = kq::piece_dot<T>(wp, a, dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(ab)), acc[j]);
         }
       }
     }
@@ -185,8 +209,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // grid: (ceil(rows / kWarps), max tiles); block column ty multiplies tile ty of moe_plan's tiles (blocks past the
-// actual count leave). act holds the gathered inputs in plan order.
-template <GgmlType T>
+// actual count leave). act holds the gathered inputs in plan order. NT: the plan's tile size, kTile, or
+// kPieceTile for the piece types (their rows' decoding then serves 32 slots).
+template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_grouped_kernel(const uint8_t* __restrict__ w, uint64_t expert_stride, int32_t n_expert,
                        const int32_t* __restrict__ order, const int32_t* __restrict__ tiles, int64_t rows, int64_t cols,
@@ -194,17 +219,92 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int ty = blockIdx.y;
   if (ty >= tiles[0]) return;
   const int32_t e = tiles[1 + 3 * ty], first = tiles[2 + 3 * ty], cnt = tiles[3 + 3 * ty];
-  if (e < 0 || e >= n_expert || cnt < 1 || cnt > kTile) __trap();  // a corrupt plan: a bug
+  if (e < 0 || e >= n_expert || cnt < 1 || cnt > NT) __trap();  // a corrupt plan: a bug
   const int lane = threadIdx.x % 32;
   const int64_t r = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (r >= rows) return;
-  float acc[kTile] = {};
-  row_dot<T, kTile>(w + uint64_t(e) * expert_stride + r * row_bytes, cols, act + int64_t(first) * act_stride,
-                    act_stride, cnt, lane, acc);
+  float acc[NT] = {};
+  row_dot<T, NT>(w + uint64_t(e) * expert_stride + r * row_bytes, cols, act + int64_t(first) * act_stride,
+                 act_stride, cnt, lane, acc);
 #pragma unroll
-  for (int j = 0; j < kTile; ++j) {
+  for (int j = 0; j < NT; ++j) {
     const float s = dev::warp_sum(acc[j]);
     if (lane == 0 && j < cnt) y[int64_t(order[first + j]) * rows + r] = s;
+  }
+}
+
+// ---- Prefill of the K-quant, IQ4 and offset types: dequantized f16 tiles and cuBLAS.
+//
+// Why not mmq.cu's int8 tensor cores: their tiles carry one scale per 32 codes and no offsets, while Q2_K, Q3_K and
+// Q6_K scale every 16 codes and the types with mins also need each activation block's sum; teaching the tiles all
+// of that is a kernel per layout. A dequantized tile needs none of it: each row of weights is decoded once per
+// product (not once per 8 tokens as in the warp-per-row kernel), the product runs at cuBLAS's f16 tensor-core speed,
+// and f16 weights and activations are closer to the dequantized model than Q8_0 activations are.
+
+// x [n] f32 -> f16 (round to nearest even), saturated at f16's largest finite value: an activation past 65504
+// (an outlier of a few layers' inputs) keeps its sign and bounds the product instead of making it infinite.
+__global__ void to_f16_kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float v = x[i];
+  y[i] = dev::f32_to_f16(isnan(v) ? v : fminf(fmaxf(v, -65504.0f), 65504.0f));  // a NaN stays one
+}
+
+// Rows [0, nr) of w (row_bytes apart) to out [nr][cols] f16, a thread per 32-element piece: cpu::dequantize_row's
+// values rounded to f16.
+template <GgmlType T>
+__global__ void dequant_f16_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t cols, int64_t nr,
+                                   uint32_t* __restrict__ out) {
+  const int64_t np = cols / dev::kQK;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= nr * np) return;
+  const int64_t r = idx / np, p = idx % np;
+  const kq::Piece wp = kq::piece<T>(w + uint64_t(r) * row_bytes, p);
+  uint32_t* o = out + (r * cols + p * dev::kQK) / 2;
+#pragma unroll
+  for (int i = 0; i < dev::kQK; i += 2)
+    o[i / 2] = uint32_t(dev::f32_to_f16(kq::piece_value(wp, i))) |
+               (uint32_t(dev::f32_to_f16(kq::piece_value(wp, i + 1))) << 16);
+}
+
+template <GgmlType T>
+void launch_dequant_f16(const model::Mat& w, int64_t r0, int64_t nr, uint16_t* tile, cudaStream_t stream) {
+  const int64_t n = nr * (w.cols / dev::kQK);
+  dequant_f16_kernel<T><<<unsigned((n + 255) / 256), 256, 0, stream>>>(w.data + uint64_t(r0) * w.row_bytes,
+                                                                      w.row_bytes, w.cols, nr,
+                                                                      reinterpret_cast<uint32_t*>(tile));
+}
+
+void dequant_products(const MatmulArgs& a) {
+  const int64_t rows = a.w.rows, cols = a.w.cols;
+  uint16_t* xh = reinterpret_cast<uint16_t*>(a.dequant);
+  uint16_t* tile = xh + a.n_tok * cols;  // cols % 32 == 0: 64-byte aligned after the activations
+  const int64_t n = a.n_tok * cols;
+  to_f16_kernel<<<unsigned((n + 255) / 256), 256, 0, a.stream>>>(a.x, xh, n);
+  DF_CUDA_CHECK_LAUNCH();
+  // Tiles share one buffer: each tile's dequantization waits, in stream order, for the product that read the last.
+  for (int64_t r0 = 0; r0 < rows; r0 += kDequantTileRows) {
+    const int64_t nr = std::min(kDequantTileRows, rows - r0);
+    switch (a.w.type) {
+#define DF_DEQUANT_CASE(T) \
+  case T: launch_dequant_f16<T>(a.w, r0, nr, tile, a.stream); break;
+      DF_DEQUANT_CASE(GgmlType::Q4_1)
+      DF_DEQUANT_CASE(GgmlType::Q5_0)
+      DF_DEQUANT_CASE(GgmlType::Q5_1)
+      DF_DEQUANT_CASE(GgmlType::IQ4_NL)
+      DF_DEQUANT_CASE(GgmlType::Q2_K)
+      DF_DEQUANT_CASE(GgmlType::Q3_K)
+      DF_DEQUANT_CASE(GgmlType::Q4_K)
+      DF_DEQUANT_CASE(GgmlType::Q5_K)
+      DF_DEQUANT_CASE(GgmlType::Q6_K)
+      DF_DEQUANT_CASE(GgmlType::IQ4_XS)
+#undef DF_DEQUANT_CASE
+      default: DF_CHECK(false);
+    }
+    DF_CUDA_CHECK_LAUNCH();
+    const bool queued = blas::hgemm_rows({.w = tile, .rows = nr, .cols = cols, .ld_w = cols, .x = xh,
+                                          .n_tok = a.n_tok, .y = a.y + r0, .ld_y = rows, .stream = a.stream});
+    DF_CHECK(queued);  // the caller asked blas::available, and the shapes are within cuBLAS's
   }
 }
 
@@ -217,13 +317,19 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* _
   xg[idx] = x[int64_t(order[i] / div) * cols + c];
 }
 
-bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+// The types whose products take Q8_0 activations; only Q4_0 and Q8_0 have the tensor-core kernels (mma_type).
+bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || kq::piece_type(t); }
+bool mma_type(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
 
 void check_mat(const model::Mat& w) {
   DF_CHECK(w.data != nullptr && matmul_type_supported(w.type));
   DF_CHECK(w.rows > 0 && w.cols > 0);
-  const uint64_t min_row = quantized(w.type) ? uint64_t(w.cols / 32) * (w.type == GgmlType::Q4_0 ? 18 : 34)
-                                             : uint64_t(w.cols) * (w.type == GgmlType::F32 ? 4 : 2);
+  uint64_t min_row = uint64_t(w.cols) * (w.type == GgmlType::F32 ? 4 : 2);
+  if (mma_type(w.type)) min_row = uint64_t(w.cols / 32) * (w.type == GgmlType::Q4_0 ? 18 : 34);
+  if (kq::piece_type(w.type)) {
+    DF_CHECK(w.cols % kq::block_elems(w.type) == 0);
+    min_row = uint64_t(w.cols / kq::block_elems(w.type)) * kq::block_bytes(w.type);
+  }
   if (quantized(w.type)) DF_CHECK(w.cols % 32 == 0);
   DF_CHECK(w.row_bytes >= min_row);
   // The kernels read 2-byte words of the rows: they must start at even addresses.
@@ -253,7 +359,7 @@ std::pair<const uint8_t*, uint64_t> prepare_act(GgmlType t, const float* x, int6
 
 bool matmul_type_supported(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0;
+         t == GgmlType::Q4_0 || kq::piece_type(t);
 }
 
 void matmul(const MatmulArgs& a) {
@@ -289,12 +395,17 @@ void matmul(const MatmulArgs& a) {
                         .ld_w = int64_t(a.w.row_bytes / 4), .x = a.x, .n_tok = a.n_tok, .y = a.y,
                         .stream = a.stream}))
     return;
+  if (kq::piece_type(a.w.type) && a.use_mma && a.n_tok >= kMmaMinTokens && a.dequant != nullptr &&
+      a.w.rows <= 0x7fffffff && a.n_tok <= 0x7fffffff && blas::available(a.stream)) {
+    dequant_products(a);
+    return;
+  }
   const int64_t gx = (a.w.rows + kWarps - 1) / kWarps, gy = (a.n_tok + kTile - 1) / kTile;
   DF_CHECK(gx <= 0x7fffffff && gy <= 65535);
   auto [act, stride] = quantized(a.w.type) && a.x_q8 != nullptr
                            ? std::pair<const uint8_t*, uint64_t>{a.x_q8, uint64_t(a.w.cols / 32) * dev::kQ8Bytes}
                            : prepare_act(a.w.type, a.x, a.w.cols, a.n_tok, a.scratch, a.stream);
-  if (quantized(a.w.type) && a.use_mma && a.n_tok >= kMmaMinTokens) {
+  if (mma_type(a.w.type) && a.use_mma && a.n_tok >= kMmaMinTokens) {
     mmq::dense(a.w, act, stride, a.n_tok, a.y, a.stream);
     return;
   }
@@ -308,6 +419,16 @@ void matmul(const MatmulArgs& a) {
     break;
     DF_MATMUL_CASE(GgmlType::Q4_0)
     DF_MATMUL_CASE(GgmlType::Q8_0)
+    DF_MATMUL_CASE(GgmlType::Q4_1)
+    DF_MATMUL_CASE(GgmlType::Q5_0)
+    DF_MATMUL_CASE(GgmlType::Q5_1)
+    DF_MATMUL_CASE(GgmlType::IQ4_NL)
+    DF_MATMUL_CASE(GgmlType::Q2_K)
+    DF_MATMUL_CASE(GgmlType::Q3_K)
+    DF_MATMUL_CASE(GgmlType::Q4_K)
+    DF_MATMUL_CASE(GgmlType::Q5_K)
+    DF_MATMUL_CASE(GgmlType::Q6_K)
+    DF_MATMUL_CASE(GgmlType::IQ4_XS)
     DF_MATMUL_CASE(GgmlType::F16)
     DF_MATMUL_CASE(GgmlType::BF16)
     DF_MATMUL_CASE(GgmlType::F32)
@@ -338,6 +459,16 @@ void moe_matmul(const MoeMatmulArgs& a) {
     break;
     DF_MOE_CASE(GgmlType::Q4_0)
     DF_MOE_CASE(GgmlType::Q8_0)
+    DF_MOE_CASE(GgmlType::Q4_1)
+    DF_MOE_CASE(GgmlType::Q5_0)
+    DF_MOE_CASE(GgmlType::Q5_1)
+    DF_MOE_CASE(GgmlType::IQ4_NL)
+    DF_MOE_CASE(GgmlType::Q2_K)
+    DF_MOE_CASE(GgmlType::Q3_K)
+    DF_MOE_CASE(GgmlType::Q4_K)
+    DF_MOE_CASE(GgmlType::Q5_K)
+    DF_MOE_CASE(GgmlType::Q6_K)
+    DF_MOE_CASE(GgmlType::IQ4_XS)
     DF_MOE_CASE(GgmlType::F16)
     DF_MOE_CASE(GgmlType::BF16)
     DF_MOE_CASE(GgmlType::F32)
@@ -347,15 +478,33 @@ void moe_matmul(const MoeMatmulArgs& a) {
   DF_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+template <GgmlType T>
+void launch_grouped(const MoeGroupedMatmulArgs& a, bool wide, dim3 grid, const uint8_t* act, uint64_t stride) {
+  if constexpr (kq::piece_type(T)) {
+    if (wide) {
+      moe_grouped_kernel<T, kPieceTile><<<grid, kWarps * 32, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert,
+                                                                            a.order, a.tiles, a.w.rows, a.w.cols,
+                                                                            a.w.row_bytes, act, stride, a.y);
+      return;
+    }
+  }
+  moe_grouped_kernel<T, kTile><<<grid, kWarps * 32, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert, a.order,
+                                                                   a.tiles, a.w.rows, a.w.cols, a.w.row_bytes, act,
+                                                                   stride, a.y);
+}
+
+}  // namespace
+
 void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
   check_mat(a.w);
   DF_CHECK(a.order != nullptr && a.tiles != nullptr && a.y != nullptr);
   DF_CHECK(a.n_slots > 0 && a.n_used > 0 && a.n_expert >= a.n_used && a.n_slots % a.n_used == 0);
   DF_CHECK(a.expert_stride >= uint64_t(a.w.rows) * a.w.row_bytes);
   const int64_t max_tiles = moe_max_tiles(a.n_slots, a.n_expert, a.tile_slots);
-  if (a.tile_slots > kTile) {
+  if (a.tile_slots > kTile && mma_type(a.w.type)) {
     // Tensor cores: the inputs quantized once in their own order (per token or per slot) and read by index.
-    DF_CHECK(quantized(a.w.type));
     const int64_t n_in = a.x_per_slot ? a.n_slots : a.n_slots / a.n_used;
     DF_CHECK(a.x_q8 != nullptr || a.x != nullptr);
     auto [act, stride] = a.x_q8 != nullptr
@@ -366,6 +515,9 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
                   .act_stride = stride, .act_div = a.x_per_slot ? 1 : a.n_used, .y = a.y, .stream = a.stream});
     return;
   }
+  // The warp-per-row kernel: tiles of kTile, or of kPieceTile for the piece types.
+  const bool wide = a.tile_slots > kTile;
+  DF_CHECK(!wide || (kq::piece_type(a.w.type) && a.tile_slots <= kPieceTile));
   DF_CHECK(a.x != nullptr && a.gathered != nullptr);
   DF_CHECK(static_cast<const void*>(a.gathered) != static_cast<const void*>(a.x));
   const int64_t gx = (a.w.rows + kWarps - 1) / kWarps;
@@ -378,16 +530,21 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
   DF_CUDA_CHECK_LAUNCH();
   auto [act, stride] = prepare_act(a.w.type, a.gathered, a.w.cols, a.n_slots, a.scratch, a.stream);
   const dim3 grid{unsigned(gx), unsigned(max_tiles)};
-  const int threads = kWarps * 32;
   switch (a.w.type) {
-#define DF_GROUPED_CASE(T)                                                                                    \
-  case T:                                                                                                     \
-    moe_grouped_kernel<T><<<grid, threads, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert, a.order,      \
-                                                          a.tiles, a.w.rows, a.w.cols, a.w.row_bytes, act, stride, \
-                                                          a.y);                                               \
-    break;
+#define DF_GROUPED_CASE(T) \
+  case T: launch_grouped<T>(a, wide, grid, act, stride); break;
     DF_GROUPED_CASE(GgmlType::Q4_0)
     DF_GROUPED_CASE(GgmlType::Q8_0)
+    DF_GROUPED_CASE(GgmlType::Q4_1)
+    DF_GROUPED_CASE(GgmlType::Q5_0)
+    DF_GROUPED_CASE(GgmlType::Q5_1)
+    DF_GROUPED_CASE(GgmlType::IQ4_NL)
+    DF_GROUPED_CASE(GgmlType::Q2_K)
+    DF_GROUPED_CASE(GgmlType::Q3_K)
+    DF_GROUPED_CASE(GgmlType::Q4_K)
+    DF_GROUPED_CASE(GgmlType::Q5_K)
+    DF_GROUPED_CASE(GgmlType::Q6_K)
+    DF_GROUPED_CASE(GgmlType::IQ4_XS)
     DF_GROUPED_CASE(GgmlType::F16)
     DF_GROUPED_CASE(GgmlType::BF16)
     DF_GROUPED_CASE(GgmlType::F32)

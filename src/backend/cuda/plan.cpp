@@ -16,6 +16,15 @@ uint64_t align256(uint64_t n) { return (n + 255) / 256 * 256; }
 // Bytes of a tensor as the GPU holds it (rows x row_bytes), 0 for an absent one.
 uint64_t gpu_bytes(const gguf::TensorInfo* t) { return t ? align256(t->rows() * t->row_bytes()) : 0; }
 
+// Whether a dense product (attention, dense FFN, output head) prefills through dequantized tiles (Buf::dequant).
+bool dense_dequant(const model::ModelTensors& t) {
+  auto of = [](const gguf::TensorInfo* w) { return w != nullptr && dequant_prefill_type(w->type); };
+  bool any = of(t.output);
+  for (const auto& l : t.layers)
+    for (auto* w : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) any = any || of(w);
+  return any;
+}
+
 std::string item(const char* name, uint64_t bytes) { return std::string(name) + " " + format_size(bytes); }
 
 // "CUDA context 512.0 MiB, token embeddings 166.9 MiB, ..." : every non-zero item of the resident part.
@@ -73,10 +82,13 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
     for (auto* w : {l.attn_norm, l.ffn_norm, l.q_norm, l.k_norm}) r.norms += gpu_bytes(w);
     for (auto* w : {l.ffn_gate, l.ffn_up, l.ffn_down}) r.dense_ffn += gpu_bytes(w);
     r.routers += gpu_bytes(l.gate_inp);
+    for (auto* w : {l.gate_exps, l.up_exps, l.down_exps}) p.experts_bytes += gpu_bytes(w);
   }
   if (spec.moe()) p.record_bytes = cache::plane_slot_bytes(expert_planes(layouts));
   // A resident run's session; a streaming one adds its buffers for the tier's groups (counted below when it streams).
-  const BufferTable buffers = session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch});
+  const bool dequant = dense_dequant(t);
+  const BufferTable buffers =
+      session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .dequant_tiles = dequant});
   const uint64_t kv_one = buffers[Buf::k_cache] + buffers[Buf::v_cache];
   r.kv_cache = kv_one * o.sessions;
   r.work = (buffers.total() - kv_one) * o.sessions;
@@ -99,7 +111,9 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
     return Error{"GPU budget " + bytes_text(budget) + " cannot hold this dense model, and dense models do not stream " +
                  "on the GPU: it needs " + bytes_text(p.total_bytes()) + " = " + itemize(p)};
   // A streaming session's buffers include those of the expert groups.
-  r.work = (session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .streams_experts = true}).total() -
+  r.work = (session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .streams_experts = true,
+                                    .dequant_tiles = dequant})
+                .total() -
             kv_one) *
            o.sessions;
   const uint64_t need = r.total() + uint64_t(p.min_slots) * p.record_bytes;

@@ -14,9 +14,19 @@ Result<std::unique_ptr<GpuSession>> GpuSession::create(const GpuModel& model, co
   DF_CHECK(model.stream != nullptr && model.weights != nullptr);
   std::unique_ptr<GpuSession> s(new GpuSession(model, options));
   s->opt_.max_batch = std::min(options.max_batch, options.n_ctx);
+  // The dense products whose prefill dequantizes tiles (as plan_gpu counts them).
+  const GpuWeights& w = *model.weights;
+  auto of = [](const model::Mat& m) { return m.data != nullptr && dequant_prefill_type(m.type); };
+  bool dequant = of(w.output());
+  for (uint32_t il = 0; il < model.spec.n_layer; ++il) {
+    const GpuLayer& l = w.layer(il);
+    for (const model::Mat* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
+      dequant = dequant || of(*m);
+  }
   const BufferTable table = session_buffers(model.spec, {.n_ctx = s->opt_.n_ctx, .max_batch = s->opt_.max_batch,
                                                          .grouped_experts = options.grouped_experts,
-                                                         .streams_experts = model.streamed.has_value()});
+                                                         .streams_experts = model.streamed.has_value(),
+                                                         .dequant_tiles = dequant});
   s->buf_.resize(kBufCount);
   for (int b = 0; b < kBufCount; ++b)
     if (table.bytes[size_t(b)]) {

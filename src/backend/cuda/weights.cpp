@@ -116,7 +116,8 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
   for (const Upload& u : list) {
     if (u.matrix && !matmul_type_supported(u.t->type))
       return Error{u.t->name + ": weight type " + std::string(gguf::type_name(u.t->type)) +
-                   " has no CUDA kernel (f32, f16, bf16, q8_0, q4_0 do)"};
+                   " has no CUDA kernel (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k, " +
+                   "q4_k, q5_k, q6_k do)"};
     if (!u.matrix && u.t->type != gguf::GgmlType::F32) return Error{u.t->name + ": norm weights must be f32"};
   }
   std::erase_if(list, [](const Upload& u) { return u.view == nullptr; });

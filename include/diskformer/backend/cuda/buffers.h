@@ -11,6 +11,16 @@
 
 namespace df::cuda {
 
+// The weight types whose products take Q8_0 activations: Q4_0, Q8_0, the K-quants, IQ4_NL, IQ4_XS, Q4_1, Q5_0, Q5_1.
+bool q8_activation_type(gguf::GgmlType weight_type);
+
+// The types whose prefill products (kMmaMinTokens or more vectors) dequantize the weights to f16 tiles of
+// kDequantTileRows rows for cuBLAS (matmul.cu says why): q8_activation_type but not Q4_0/Q8_0.
+bool dequant_prefill_type(gguf::GgmlType weight_type);
+constexpr int64_t kDequantTileRows = 1024;
+// That path's workspace: the activations [n_tok][cols] and one tile [kDequantTileRows][cols], both f16.
+uint64_t dequant_work_bytes(int64_t cols, int64_t n_tok);
+
 // Q8_0 activations of a product with `cols` columns over n_vec input vectors (34-byte blocks of 32); 0 for float
 // weight types, which take f32, f16 or bf16 activations converted in place.
 uint64_t q8_scratch_bytes(gguf::GgmlType weight_type, int64_t cols, int64_t n_vec);
@@ -25,9 +35,12 @@ uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t
 // moe_plan's tiles for n_slots (token, slot) pairs over n_expert experts: each expert with c slots makes at most
 // c / tile_slots + 1 tiles.
 int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots = 8);
-// The tile size for a weight type: 32 for Q4_0/Q8_0 (the tensor-core path), 8 otherwise. A plan serves the gate, up
-// and down products alike, so a layer takes the smallest over its three types.
+// The tile size for a weight type: 32 for Q4_0/Q8_0 (the tensor-core path) and for the other q8_activation_types
+// (the warp-per-row kernel, whose decoding of a weight row then serves 32 slots), 8 for the float types. A plan
+// serves the gate, up and down products alike, so a layer takes the smallest over its three types.
 int32_t moe_tile_slots(gguf::GgmlType weight_type);
+// The types of the int8 tensor-core kernels (mmq.cu): Q4_0, Q8_0.
+bool int8_mma_type(gguf::GgmlType weight_type);
 
 enum class Buf : int {
   k_cache,     // [n_layer][n_ctx][kv_dim_k] f16
@@ -53,6 +66,8 @@ enum class Buf : int {
   plan,        // one group's plan: [nk] local ids, [nk] slot map, [nk] order, tiles; fused decode: 3 nk
   xq_stream,   // [max_batch][n_embd / 32] Q8_0 blocks of xn
   guess,       // decode's look-ahead: [n_embd] normed row, [n_expert] router logits, [n_used] ids and weights
+  // Dense weights of a dequant_prefill_type only:
+  dequant,     // dequant_work_bytes(the widest input, max_batch)
   count
 };
 constexpr int kBufCount = int(Buf::count);
@@ -63,6 +78,7 @@ struct SessionShape {
   uint32_t max_batch = 512;
   bool grouped_experts = true;
   bool streams_experts = false;
+  bool dequant_tiles = false;  // a dense product's weights are of a dequant_prefill_type (Buf::dequant)
 };
 
 struct BufferTable {

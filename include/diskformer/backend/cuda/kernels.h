@@ -18,7 +18,10 @@ namespace df::cuda {
 
 // Workspace sizes (q8_scratch_bytes, attention_work_bytes, moe_max_tiles, moe_tile_slots) are in buffers.h.
 
-// Weight types the matrix products take: F32, F16, BF16, Q8_0, Q4_0.
+// Weight types the matrix products (and get_rows) take: F32, F16, BF16, Q8_0, Q4_0, and the types whose 32-element
+// pieces kquant.cuh decodes: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (rows a multiple of 256), IQ4_NL, Q4_1, Q5_0,
+// Q5_1 (of 32). Those take the Q8_0 activations too (q8_activation_type) and the warp-per-row kernels at every
+// n_tok, routed experts included (tiles of 8 slots); the fused decode kernels and the tensor cores are Q4_0/Q8_0's.
 bool matmul_type_supported(gguf::GgmlType t);
 
 // x [n_rows][cols] f32 -> y [n_rows][cols / 32] Q8_0 blocks (34 bytes each), exactly as cpu::Kernels::quantize_q8_0.
@@ -49,6 +52,10 @@ struct MatmulArgs {
   // products of the same input (q, k, v); scratch is then unused. Ignored for float weight types.
   const uint8_t* x_q8 = nullptr;
   bool use_mma = true;  // false: the warp-per-row kernel at any n_tok (tests compare the two)
+  // dequant_prefill_type weights, n_tok >= kMmaMinTokens: >= dequant_work_bytes(w.cols, n_tok) bytes, where the
+  // activations are rounded to f16 and the weights dequantized to f16 tiles for cuBLAS (f32 sums); null, or inside
+  // a graph capture that would create cuBLAS's handle: the warp-per-row kernel with Q8_0 activations.
+  uint8_t* dequant = nullptr;
 };
 void matmul(const MatmulArgs& a);
 
@@ -78,7 +85,8 @@ void moe_matmul(const MoeMatmulArgs& a);
 // slot's dot products run the same operations in the same order).
 // With Q4_0/Q8_0 weights, tiles of more than 8 slots (moe_tile_slots) run on the int8 tensor cores instead (mmq.cu):
 // the input rows are quantized once (per token for gate/up, or taken from x_q8) and read by index, no f32 gather;
-// results then equal moe_matmul's up to the f32 summation order.
+// results then equal moe_matmul's up to the f32 summation order. The other quantized types take tiles of up to 32
+// slots in the warp-per-row kernel (one decoding of a weight row for all of them), bit for bit moe_matmul's.
 // tiles layout: tiles[0] = the number of tiles, then per tile (expert, first index into order, slot count <=
 // tile_slots).
 // Streamed experts plan one group of the experts a GPU tier holds at a time: ids are then indices into the group
@@ -106,13 +114,14 @@ struct MoeGroupedMatmulArgs {
   int32_t n_used = 0;
   const float* x = nullptr;      // as MoeMatmulArgs
   bool x_per_slot = false;
-  float* gathered = nullptr;     // [n_slots][w.cols] work buffer (tile_slots <= 8 only)
+  float* gathered = nullptr;     // [n_slots][w.cols] work buffer (the warp-per-row kernel only)
   float* y = nullptr;            // [n_slots][w.rows]
   uint8_t* scratch = nullptr;    // >= q8_scratch_bytes(w.type, w.cols, n_slots)
   cudaStream_t stream = nullptr;
-  int32_t tile_slots = 8;        // the plan's; > 8 needs Q4_0/Q8_0 weights (the tensor-core path)
+  int32_t tile_slots = 8;        // the plan's; > 8 needs Q4_0/Q8_0 weights (the tensor-core path) or, up to 32, the
+                                 // other q8_activation_types (the warp-per-row kernel over gathered inputs)
   // Tensor-core path: x already quantized by quantize_q8_0 ([n_tok or n_slots][cols / 32] blocks, as x), shared by
-  // the gate and up products; x and scratch are then unused. Ignored with tile_slots <= 8.
+  // the gate and up products; x and scratch are then unused. Ignored by the warp-per-row kernel.
   const uint8_t* x_q8 = nullptr;
 };
 void moe_matmul_grouped(const MoeGroupedMatmulArgs& a);

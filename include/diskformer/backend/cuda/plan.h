@@ -5,7 +5,8 @@
 //   resident = CUDA context reserve + token embeddings (or none: rows read from pinned host RAM) + output head
 //              + every layer's attention, norms and router (+ dense FFNs of dense models)
 //              + a session's buffers (KV cache included) + a margin
-//   pool     = slots x record, one (layer, expert) record = gate + up + down rows of one expert
+//   pool     = slots x record, one (layer, expert) record = gate + up + down rows of one expert (the largest
+//              layer's); all resident: the experts as the file stacks them
 //   slots    = (budget - resident) / record, capped at n_layer x n_expert (then every expert is resident)
 //
 // The budget is GPU memory as nvidia-smi counts it for the process, so the CUDA context is part of it. A budget that
@@ -76,11 +77,14 @@ struct GpuPlan {
   uint32_t n_records = 0;     // n_layer x n_expert: the records a fully resident model holds
   uint32_t min_slots = 0;     // 2 x n_expert_used: the fewest slots a budget must hold
   uint32_t slots = 0;         // records the pool holds; n_records when nothing streams
+  // Every expert as the file stacks them (each tensor rounded up to 256 bytes): what an all-resident run uploads,
+  // less than n_records slots where layers' records differ in size (some layers' down projections in Q6_K).
+  uint64_t experts_bytes = 0;
   // Streaming with an untied output head: the token embeddings stay in pinned host RAM (a token's row is read from
   // there; resident.token_embd is 0). A tied head reads every row every token, so they stay on the GPU.
   bool token_embd_on_host = false;
 
-  uint64_t pool_bytes() const { return uint64_t(slots) * record_bytes; }
+  uint64_t pool_bytes() const { return stream_experts ? uint64_t(slots) * record_bytes : experts_bytes; }
   uint64_t total_bytes() const { return resident.total() + pool_bytes(); }
   double resident_fraction() const { return n_records ? double(slots) / n_records : 1.0; }  // of all experts
   std::string mode_name() const { return stream_experts ? "experts streamed" : "all resident"; }

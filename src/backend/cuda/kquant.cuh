@@ -1,0 +1,245 @@
+// The K-quant, IQ4 and 32-element offset types on the device, read 32 elements at a time: whatever a type's block
+// size, each 32-element piece of a row (a block of the 32-element types, a sub-block of a 256-element super-block)
+// is decoded into 8 words of 4 signed 8-bit codes (elements 4k .. 4k+3 in word k, the order of a Q8_0 activation
+// block's words) and, per half of 16 elements, a scale and an offset: element i = d[i / 16] * code_i + m[i / 16].
+// The types whose scales cover 32 elements (all but Q2_K, Q3_K, Q6_K) give both halves the same pair.
+//
+// A piece's dot with a Q8_0 activation block (scale da, codes a) is then exact integer dot products per half (dp4a)
+// and, for the types with offsets, the codes' sums (dp4a with ones), as llama.cpp's CUDA mat-vec reads its q8_1
+// blocks' sums: da * (d0 * dot0 + d1 * dot1 + m0 * sum0 + m1 * sum1). Activations stay Q8_0 (the same scratch and
+// quantizer as the Q4_0/Q8_0 kernels), so only the weights' decoding is per type.
+//
+// Layouts: include/diskformer/backend/cpu/numeric.h (the block structs) and cpu/dequant.cpp. Blocks of 18, 22, 110
+// and 210 bytes leave pieces only 2-byte aligned, so every word is read as two 16-bit halves (dev::load_i32_a2).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+#include "diskformer/gguf/types.h"
+
+namespace df::cuda::kq {
+
+using gguf::GgmlType;
+
+// The types read here (Q4_0 and Q8_0 keep their own kernels' code, which other tests hold bit for bit).
+__host__ __device__ constexpr bool piece_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS: return true;
+    default: return false;
+  }
+}
+
+__host__ __device__ constexpr bool super_block(GgmlType t) {
+  return t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+         t == GgmlType::Q6_K || t == GgmlType::IQ4_XS;
+}
+// Elements per block: 256 for the super-block types, else 32.
+__host__ __device__ constexpr int block_elems(GgmlType t) { return super_block(t) ? 256 : 32; }
+__host__ __device__ constexpr int block_bytes(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_1: return 20;
+    case GgmlType::Q5_0: return 22;
+    case GgmlType::Q5_1: return 24;
+    case GgmlType::IQ4_NL: return 18;
+    case GgmlType::Q2_K: return 84;
+    case GgmlType::Q3_K: return 110;
+    case GgmlType::Q4_K: return 144;
+    case GgmlType::Q5_K: return 176;
+    case GgmlType::Q6_K: return 210;
+    case GgmlType::IQ4_XS: return 136;
+    default: return 0;
+  }
+}
+__host__ __device__ constexpr bool has_offset(GgmlType t) {
+  return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q2_K || t == GgmlType::Q4_K ||
+         t == GgmlType::Q5_K;
+}
+// Whether the two halves of a piece may have different scales (sub-blocks of 16).
+__host__ __device__ constexpr bool half_scales(GgmlType t) {
+  return t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q6_K;
+}
+
+struct Piece {
+  int q[8];     // codes, 4 per word
+  float d[2];   // scale of elements 0..15, 16..31
+  float m[2];   // offset of each half (0 for the types without one)
+};
+
+__device__ __forceinline__ uint32_t ld(const uint8_t* p) { return uint32_t(dev::load_i32_a2(p)); }
+__device__ __forceinline__ float f16(const uint8_t* p) { return dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(p)); }
+
+// Bits 0..3 of x to bit 4 of bytes 0..3: a nibble of fifth bits made an addend of each code.
+__device__ __forceinline__ uint32_t fifth_bits(uint32_t x) {
+  return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25);
+}
+
+// The IQ4 table (cpu::kIQ4NLValues) as 4 words of bytes; a word of 4 indices (one per byte, 0..15) to their values:
+// byte_perm picks by the low 3 bits from entries 0..7 and 8..15, bit 3 chooses between the two.
+__device__ __forceinline__ uint32_t iq4_lookup(uint32_t idx) {
+  constexpr uint32_t t0 = 0xbfad9881u, t1 = 0xf6eaddcfu;  // -127 -104 -83 -65 | -49 -35 -22 -10
+  constexpr uint32_t t2 = 0x26190d01u, t3 = 0x71594535u;  // 1 13 25 38 | 53 69 89 113
+  const uint32_t sel = (idx & 7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) | ((idx >> 12) & 0x7000u);
+  const uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+  const uint32_t pick = ((idx >> 3) & 0x01010101u) * 0xffu;
+  return (hi & pick) | (lo & ~pick);
+}
+
+// Scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block (cpu::kquant_scale_min).
+__device__ __forceinline__ void scale_min(int j, const uint8_t* s, int& sc, int& mn) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Scale j (0..15) of a Q3_K super-block, bias included (cpu::q3_k_scale).
+__device__ __forceinline__ int q3_scale(int j, const uint8_t* s) {
+  const int low = j < 8 ? s[j] & 0x0f : s[j - 8] >> 4;
+  const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// Piece p (elements 32p .. 32p+31) of a row of type T.
+template <GgmlType T>
+__device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t p) {
+  Piece o;
+  if constexpr (!super_block(T)) {
+    const uint8_t* b = row + p * block_bytes(T);
+    const float d = f16(b);
+    o.d[0] = o.d[1] = d;
+    o.m[0] = o.m[1] = 0.0f;
+    if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) o.m[0] = o.m[1] = f16(b + 2);
+    const uint8_t* qs = b + (T == GgmlType::IQ4_NL ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8);
+    uint32_t qh = 0;
+    if constexpr (T == GgmlType::Q5_0) qh = ld(b + 2);
+    if constexpr (T == GgmlType::Q5_1) qh = ld(b + 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t w = ld(qs + 4 * k);
+      uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
+      if constexpr (T == GgmlType::IQ4_NL) {
+        lo = iq4_lookup(lo), hi = iq4_lookup(hi);
+      } else if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
+        lo |= fifth_bits(qh >> (4 * k));
+        hi |= fifth_bits(qh >> (16 + 4 * k));
+        if constexpr (T == GgmlType::Q5_0) lo = __vsubss4(lo, 0x10101010u), hi = __vsubss4(hi, 0x10101010u);
+      }
+      o.q[k] = int(lo);
+      o.q[k + 4] = int(hi);
+    }
+  } else {
+    const int64_t sb = p / 8;
+    const int j = int(p % 8);
+    const uint8_t* b = row + sb * block_bytes(T);
+    if constexpr (T == GgmlType::Q2_K) {
+      const float d = f16(b + 80), dmin = f16(b + 82);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int sc = b[2 * j + h];
+        o.d[h] = d * float(sc & 0x0f);
+        o.m[h] = -(dmin * float(sc >> 4));
+      }
+      const uint8_t* qs = b + 16 + 32 * (j / 4);
+      const int sh = 2 * (j % 4);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o.q[k] = int((ld(qs + 4 * k) >> sh) & 0x03030303u);
+    } else if constexpr (T == GgmlType::Q3_K) {
+      const float d = f16(b + 108);
+      o.d[0] = d * float(q3_scale(2 * j, b + 96));
+      o.d[1] = d * float(q3_scale(2 * j + 1, b + 96));
+      o.m[0] = o.m[1] = 0.0f;
+      const uint8_t* qs = b + 32 + 32 * (j / 4);
+      const int sh = 2 * (j % 4);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t lo = (ld(qs + 4 * k) >> sh) & 0x03030303u;
+        const uint32_t hb = (ld(b + 4 * k) >> j) & 0x01010101u;  // set: +0, clear: -4
+        o.q[k] = int(__vsubss4(lo, (hb ^ 0x01010101u) << 2));
+      }
+    } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+      const float d = f16(b), dmin = f16(b + 2);
+      int sc, mn;
+      scale_min(j, b + 4, sc, mn);
+      o.d[0] = o.d[1] = d * float(sc);
+      o.m[0] = o.m[1] = -(dmin * float(mn));
+      const uint8_t* qs = b + (T == GgmlType::Q4_K ? 16 : 48) + 32 * (j / 2);
+      const int sh = 4 * (j % 2);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        uint32_t q = (ld(qs + 4 * k) >> sh) & 0x0f0f0f0fu;
+        if constexpr (T == GgmlType::Q5_K) q |= ((ld(b + 16 + 4 * k) >> j) & 0x01010101u) << 4;
+        o.q[k] = int(q);
+      }
+    } else if constexpr (T == GgmlType::Q6_K) {
+      const float d = f16(b + 208);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+      o.d[0] = d * float(sc[2 * j]);
+      o.d[1] = d * float(sc[2 * j + 1]);
+      o.m[0] = o.m[1] = 0.0f;
+      const int n = j / 4, g = j % 4;
+      const uint8_t* ql = b + 64 * n + 32 * (g % 2);
+      const uint8_t* qh = b + 128 + 32 * n;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t lo = (ld(ql + 4 * k) >> (4 * (g / 2))) & 0x0f0f0f0fu;
+        const uint32_t hi = (ld(qh + 4 * k) >> (2 * g)) & 0x03030303u;
+        o.q[k] = int(__vsubss4(lo | (hi << 4), 0x20202020u));
+      }
+    } else {  // IQ4_XS
+      const float d = f16(b);
+      const uint32_t sh = *reinterpret_cast<const uint16_t*>(b + 2);
+      const int sc = (((b[4 + j / 2] >> (4 * (j % 2))) & 0x0f) | (((sh >> (2 * j)) & 3) << 4)) - 32;
+      o.d[0] = o.d[1] = d * float(sc);
+      o.m[0] = o.m[1] = 0.0f;
+      const uint8_t* qs = b + 8 + 16 * j;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t w = ld(qs + 4 * k);
+        o.q[k] = int(iq4_lookup(w & 0x0f0f0f0fu));
+        o.q[k + 4] = int(iq4_lookup((w >> 4) & 0x0f0f0f0fu));
+      }
+    }
+  }
+  return o;
+}
+
+// acc + the piece's dot with a Q8_0 activation block of scale da and codes a[0..7] (4 per word), in f32. Every
+// rounding is explicit (the final multiply-add fused), so the kernels that inline this sum alike bit for bit.
+template <GgmlType T>
+__device__ __forceinline__ float piece_dot(const Piece& w, const int (&a)[8], float da, float acc) {
+  int p0 = 0, p1 = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) p0 = __dp4a(w.q[k], a[k], p0), p1 = __dp4a(w.q[k + 4], a[k + 4], p1);
+  float s;
+  if constexpr (half_scales(T)) s = fmaf(w.d[1], float(p1), __fmul_rn(w.d[0], float(p0)));
+  else s = __fmul_rn(w.d[0], float(p0 + p1));
+  if constexpr (has_offset(T)) {
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s0 = __dp4a(0x01010101, a[k], s0), s1 = __dp4a(0x01010101, a[k + 4], s1);
+    if constexpr (half_scales(T)) s = fmaf(w.m[1], float(s1), fmaf(w.m[0], float(s0), s));
+    else s = fmaf(w.m[0], float(s0 + s1), s);
+  }
+  return fmaf(da, s, acc);
+}
+
+// Element i (0..31) of a decoded piece with cpu::dequantize_row's roundings (the product, then the offset added).
+__device__ __forceinline__ float piece_value(const Piece& w, int i) {
+  const int q = int(int8_t(uint32_t(w.q[i / 4]) >> (8 * (i % 4))));
+  return __fadd_rn(__fmul_rn(w.d[i / 16], float(q)), w.m[i / 16]);
+}
+
+}  // namespace df::cuda::kq
