@@ -31,8 +31,10 @@ void add_model_options(Args& args, const ModelOptionsHelp& help) {
 #endif
   args.option("--gpu-budget", "SIZE", "on CUDA: GPU memory for the run, CUDA context included; streams experts "
               "beyond it" + ignored);
-  args.option("--cpu-experts", "on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
-              "finishes sooner than their copies to the GPU (default on)" + ignored);
+  args.option("--cpu-experts", "auto|on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
+              "finishes sooner than their copies to the GPU (default auto: where the CPU rounds those experts' "
+              "products as the GPU does, so the output stays the resident run's; K-quant and IQ4_XS experts: off)" +
+              ignored);
   args.option("--expert-prefetch", "on|off", "with --gpu-budget on CUDA: decode copies the next layer's guessed "
               "experts to the GPU ahead of their use (default off)" + ignored);
 }
@@ -92,17 +94,20 @@ std::optional<engine::ModelOptions> model_options(Args& args, bool allow_cuda) {
                      (allow_cuda && cuda_built ? " (supported: cpu, cuda)" : " (supported: cpu)"));
     return std::nullopt;
   }
-  const std::string c = args.get_or("--cpu-experts", "on"), pf = args.get_or("--expert-prefetch", "off");
-  for (const auto& [name, v] : {std::pair{"--cpu-experts", c}, std::pair{"--expert-prefetch", pf}})
-    if (v != "on" && v != "off") {
-      args.usage_error(std::string(name) + " takes on or off, got " + v);
-      return std::nullopt;
-    }
+  const std::string c = args.get_or("--cpu-experts", "auto"), pf = args.get_or("--expert-prefetch", "off");
+  if (c != "auto" && c != "on" && c != "off") {
+    args.usage_error("--cpu-experts takes auto, on or off, got " + c);
+    return std::nullopt;
+  }
+  if (pf != "on" && pf != "off") {
+    args.usage_error("--expert-prefetch takes on or off, got " + pf);
+    return std::nullopt;
+  }
   o.n_ctx = uint32_t(*ctx);
   o.threads = int(*threads);
   o.ram_budget = *budget;
   o.gpu.budget = *gpu;
-  o.gpu.cpu_experts = c == "on";
+  if (c != "auto") o.gpu.cpu_experts = c == "on";
   o.gpu.prefetch = pf == "on";
   return o;
 }

@@ -34,7 +34,10 @@ struct GpuOptions {
   uint32_t max_batch = 512;        // tokens per forward pass; under a budget the experts stream once per batch
   bool decode_graph = true;        // replay single-token steps from a captured CUDA graph
   bool grouped_experts = true;     // batches multiply the routed experts grouped by expert
-  bool cpu_experts = true;         // streamed decode computes on the CPU the misses it finishes before their copies
+  // Streamed decode computes on the CPU the misses it finishes before their copies. nullopt (auto): where the CPU's
+  // products of the experts' types round as the GPU's (cuda::cpu_experts_round_alike), so that the output stays the
+  // resident run's; true or false forces it.
+  std::optional<bool> cpu_experts;
   // Streamed decode copies the next layer's guessed experts ahead. Off by default: on the H200 at 1.8 GiB the copies
   // of wrong guesses took the link from the CPU share's split (42 against 55 tok/s on the 30B shape) and cost
   // 9.5 GiB decode an eighth.

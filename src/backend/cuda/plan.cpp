@@ -55,6 +55,13 @@ std::vector<std::vector<cache::PartPlace>> expert_planes(const model::RecordLayo
   return parts;
 }
 
+bool cpu_experts_round_alike(const model::RecordLayouts& layouts) {
+  for (const model::ExpertLayout& e : layouts.experts)
+    for (const model::Mat* m : {&e.gate, &e.up, &e.down})
+      if (e.present() && gguf::type_info(m->type)->block_elems == 256) return false;
+  return true;
+}
+
 std::optional<std::string> cuda_unsupported(const model::ModelSpec& spec) {
   const char* why = nullptr;
   switch (spec.family) {

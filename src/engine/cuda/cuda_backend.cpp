@@ -138,8 +138,9 @@ class CudaBackend final : public BackendModel {
                                                                  .slots = slots, .parts = cuda::expert_planes(m_.files().layouts),
                                                                  .consumer = stream_, .spill = spill}));
     const GpuOptions& o = m_.options().gpu;
+    const bool cpu = o.cpu_experts.value_or(cuda::cpu_experts_round_alike(m_.files().layouts));
     gpu_.streamed = cuda::StreamedExperts{.gpu = tier_.get(), .ram = m_.ram_tier(), .layouts = &m_.files().layouts,
-                                          .cpu = o.cpu_experts ? &m_.context() : nullptr, .prefetch = o.prefetch};
+                                          .cpu = cpu ? &m_.context() : nullptr, .prefetch = o.prefetch};
     return {};
   }
 

@@ -42,6 +42,13 @@ constexpr uint64_t kGpuMarginBytes = 32ull << 20;
 // engine's refusal at open and inspect's; nullopt where it can.
 std::optional<std::string> cuda_unsupported(const model::ModelSpec& spec);
 
+// Whether the CPU's products of every routed expert round their activations as this backend's kernels do (blocks of
+// 32 with one scale: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, and the float types), so that experts computed on the CPU
+// give what the GPU would within float summation order. The 256-element types (the K-quants, IQ4_XS) are multiplied
+// on the CPU with activations in 256-blocks (Q8_K, llama.cpp's CPU arithmetic) and on the GPU in 32-blocks: their
+// logits differed by 1% on the shared models, enough to flip near-ties against the resident run.
+bool cpu_experts_round_alike(const model::RecordLayouts& layouts);
+
 struct GpuPlanOptions {
   std::optional<uint64_t> budget;  // bytes of GPU memory, context included; nullopt = everything resident
   uint32_t n_ctx = 4096;           // KV cache positions
