@@ -110,7 +110,7 @@ float dot_row(const Kernels& k, GgmlType t, DotOrder o, int64_t n, const uint8_t
     case GgmlType::Q6_K: return dot_as(k.dot_q6_k_q8_k, n, w, a);
     case GgmlType::IQ4_XS: return dot_as(k.dot_iq4_xs_q8_k, n, w, a);
     case GgmlType::F16: return dot_as(o.single ? k.dot_f16_single : k.dot_f16, n, w, a);
-    case GgmlType::BF16: return dot_as(k.dot_bf16, n, w, a);
+    case GgmlType::BF16: return dot_as(o.single ? k.dot_bf16_single : k.dot_bf16, n, w, a);
     default: return dot_as(o.single ? k.dot_f32_single : k.dot_f32, n, w, a);
   }
 }
