@@ -63,7 +63,7 @@ TEST_P(LlamaCases, GreedyMatchesLlamaCpp) {
     DF_REQUIRE_SHARED(tok_from, m["tokenizer_from"].get<std::string>());
     model_path = (temp_dir("cases_" + GetParam()) / "model.gguf").string();
     std::string args = "synth";
-    for (const auto& a : m["synth"]) args += " " + a.get<std::string>();
+    for (const auto& a : m["synth"]) args.append(" ").append(a.get<std::string>());
     const CliRun r = run_cli_capture(args + " --tokenizer-from " + tok_from.string() + " --quiet -o " + model_path);
     ASSERT_EQ(r.status, 0) << r.err;
   }
