@@ -345,7 +345,7 @@ void attention(Context& ctx, const AttentionArgs& a) {
   }
   // One query over a view of 512 cells or more: ggml splits the cells into one chunk per thread, attends each
   // chunk from scratch and merges the chunks' (maximum, sum, accumulator) in order.
-  const int64_t cells = a.n_kv > 0 ? a.n_kv : kv_view_cells(a.pos0 + a.n_tok);
+  const int64_t cells = kv_view_cells(a.pos0 + a.n_tok);
   const int64_t n_split = a.n_tok == 1 && cells >= 512 ? int64_t(ctx.pool ? ctx.pool->size() : 1) : 1;
   if (n_split > 1) {
     const int64_t chunk = (cells + n_split - 1) / n_split, dv = a.head_dim_v;

@@ -76,7 +76,8 @@ void softmax(float* x, int64_t n);
 //   - one query over a view of 512 cells or more (llama.cpp pads the view, kv_view_cells): the cells split into one
 //     chunk per thread of the pool, each attended as the first order from scratch, the chunks merged in order; so
 //     these results depend on the thread count, as llama.cpp's do on its -t.
-// The cells hold positions in order (no ring): a sliding window masks the keys before it.
+// The cells hold positions in order: a sliding window masks the keys before it (llama.cpp's own cache for sliding
+// layers holds them in a ring of at least window + 512 cells, whose order past its end is not reproduced here).
 struct AttentionArgs {
   const float* q = nullptr;         // [n_tok][n_head * head_dim_k]
   const uint16_t* k = nullptr;      // [positions][n_head_kv * head_dim_k] f16
@@ -86,7 +87,6 @@ struct AttentionArgs {
   int64_t pos0 = 0, n_tok = 0;
   float scale = 1.0f;
   int64_t window = 0;  // > 0: the query at position p sees keys p - window + 1 .. p only (a sliding layer)
-  int64_t n_kv = 0;    // cells of llama.cpp's view of the cache; 0: kv_view_cells(pos0 + n_tok)
 };
 constexpr int64_t kTiledRows = 64;
 // The cells llama.cpp's KV cache shows attention when n_used of them are in use: a multiple of 256, at least 256.
