@@ -2,16 +2,32 @@
 
 #include <algorithm>
 
-#include "diskformer/backend/cpu/forward.h"
+#include "diskformer/backend/cpu/ops.h"
 #include "diskformer/util/check.h"
 
 namespace df::engine {
 
 namespace {
 
-bool one_row(EvalSpan s) {
+// The orders in which the batch s computes its position i on the CPU: as a batch of one, or among several rows
+// (f32/f16 products in tiles), with attention by the tiled kernel (kTiledRows queries or more), and in one of Q4_K's
+// groups of four rows from the batch start (the last n % 4 rows go alone). Two evaluations whose positions so far
+// took the same orders hold the same bits.
+struct Orders {
+  bool single, tiled, grouped;
+  bool operator==(const Orders&) const = default;
+};
+
+Orders orders(EvalSpan s, uint32_t i) {
   const uint32_t n = s.end - s.begin;
-  return n == 1 || n >= uint32_t(cpu::kTiledAttentionRows);
+  return {n == 1, n >= uint32_t(cpu::kTiledRows), n > 1 && i - s.begin < n - n % 4};
+}
+
+// Whether the batch [b, e) computes each of its positions in the orders of the fresh batch f.
+bool same_orders(EvalSpan f, uint32_t b, uint32_t e) {
+  for (uint32_t i = b; i < e; ++i)
+    if (!(orders({b, e}, i) == orders(f, i))) return false;
+  return true;
 }
 
 // The batch a fresh evaluation of the prompt in batches of n_batch computes position i in.
@@ -31,24 +47,20 @@ PrefixPlan plan_prefix(std::span<const int32_t> cached, std::span<const EvalSpan
   uint32_t keep = 0;
   const uint32_t limit = std::min<uint32_t>(uint32_t(cached.size()), n - 1);
   while (keep < limit && cached[keep] == prompt[keep]) {
-    if (exact) {
-      const EvalSpan f = fresh_span(keep, n, n_batch), c = spans[keep];
-      if (!(one_row(f) && one_row(c)) && !(f == c)) break;
-    }
+    if (exact && !(orders(fresh_span(keep, n, n_batch), keep) == orders(spans[keep], keep))) break;
     ++keep;
   }
   if (exact) {
-    // A fresh batch that takes batch-dependent orders is kept whole or evaluated whole.
+    // The rest of a fresh batch goes as one batch: keep less where that batch would not give its positions the
+    // fresh batch's orders (at worst the fresh batch is evaluated whole).
     const EvalSpan f = fresh_span(keep, n, n_batch);
-    if (!one_row(f) && keep > f.begin) keep = f.begin;
+    while (keep > f.begin && !same_orders(f, keep, f.end)) --keep;
   }
   plan.keep = keep;
   uint32_t pos = keep;
   while (pos < n) {
     const EvalSpan f = fresh_span(pos, n, n_batch);
     PrefixStep step{.begin = pos, .end = f.end};
-    // The rest of a one-row batch, too short to take one-row orders as one batch, goes one token at a time.
-    if (exact && pos > f.begin && !one_row({pos, f.end})) step.one_by_one = true;
     if (!exact) step.end = std::min(n, pos + n_batch);
     plan.steps.push_back(step);
     pos = step.end;
@@ -57,8 +69,7 @@ PrefixPlan plan_prefix(std::span<const int32_t> cached, std::span<const EvalSpan
 }
 
 void record_spans(const PrefixStep& step, std::vector<EvalSpan>& spans) {
-  for (uint32_t i = step.begin; i < step.end; ++i)
-    spans.push_back(step.one_by_one ? EvalSpan{i, i + 1} : EvalSpan{step.begin, step.end});
+  for (uint32_t i = step.begin; i < step.end; ++i) spans.push_back({step.begin, step.end});
 }
 
 }  // namespace df::engine

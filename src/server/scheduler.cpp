@@ -198,10 +198,9 @@ void Scheduler::step() {
 }
 
 void Scheduler::prefill(Slot& s) {
-  engine::PrefixStep& st = s.steps[s.step];
+  const engine::PrefixStep& st = s.steps[s.step];
   const std::vector<int32_t>& prompt = s.job->params().prompt;
-  // A step evaluated one token at a time advances one token per turn, so that it never holds the others long.
-  const uint32_t end = st.one_by_one ? st.begin + 1 : st.end;
+  const uint32_t end = st.end;
   const auto t0 = Clock::now();
   const std::span<const int32_t> tokens(prompt.data() + st.begin, end - st.begin);
   if (Status r = s.session.eval(tokens); !r.ok()) {
@@ -210,9 +209,8 @@ void Scheduler::prefill(Slot& s) {
   }
   account(false, tokens.size(), seconds_since(t0));
   s.cached.insert(s.cached.end(), tokens.begin(), tokens.end());
-  engine::record_spans({.begin = st.begin, .end = end, .one_by_one = st.one_by_one}, s.spans);
-  st.begin = end;
-  if (st.begin == st.end) ++s.step;
+  engine::record_spans({.begin = st.begin, .end = end}, s.spans);
+  ++s.step;
   if (s.step == s.steps.size()) s.phase = Slot::Phase::kSample;
 }
 

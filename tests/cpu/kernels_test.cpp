@@ -415,12 +415,20 @@ TEST(Kernels, SingleRowFloatDotsMatchScalarAndReference) {
       r32 += double(w[size_t(i)]) * a[size_t(i)];
       r16 += double(f16_to_f32(wh[size_t(i)])) * f16_to_f32(ah[size_t(i)]);
     }
+    std::vector<uint16_t> wb(wh.size()), ab(wh.size());
+    s.to_bf16(w.data(), wb.data(), n);
+    s.to_bf16(a.data(), ab.data(), n);
+    double rb = 0;
+    for (int64_t i = 0; i < n; ++i) rb += double(bf16_to_f32(wb[size_t(i)])) * bf16_to_f32(ab[size_t(i)]);
     const float s32 = s.dot_f32_single(n, w.data(), a.data()), s16 = s.dot_f16_single(n, wh.data(), ah.data());
+    const float sb = s.dot_bf16_single(n, wb.data(), ab.data());
     EXPECT_NEAR(s32, r32, 1e-4 * std::sqrt(double(n)));
     EXPECT_NEAR(s16, r16, 1e-4 * std::sqrt(double(n)));
+    EXPECT_NEAR(sb, rb, 1e-4 * std::sqrt(double(n)));
     for (const Kernels* k : simd_tables()) {
       EXPECT_EQ(bits(s32), bits(k->dot_f32_single(n, w.data(), a.data()))) << k->name << " n=" << n;
       EXPECT_EQ(bits(s16), bits(k->dot_f16_single(n, wh.data(), ah.data()))) << k->name << " n=" << n;
+      EXPECT_EQ(bits(sb), bits(k->dot_bf16_single(n, wb.data(), ab.data()))) << k->name << " n=" << n;
     }
   }
 }

@@ -46,58 +46,62 @@ TEST(PrefixPlan, NothingCachedEvaluatesAsRunDoes) {
   EXPECT_EQ(plan.steps[0].end, 512u);
   EXPECT_EQ(plan.steps[2].begin, 1024u);
   EXPECT_EQ(plan.steps[2].end, 1100u);
-  for (const auto& s : plan.steps) EXPECT_FALSE(s.one_by_one);
 }
 
-TEST(PrefixPlan, OneRowPositionsAreKeptAndTheShortRestGoesOneByOne) {
-  // 80 prompt tokens (one-row orders) and 10 decoded; the next prompt extends them by 5 tokens.
-  const auto cached = iota_tokens(90);
-  const auto spans = spans_of(80, 512, 10);
+TEST(PrefixPlan, DecodedPositionsAreNotKeptInsideAFreshBatch) {
+  // 512 prompt tokens and 10 decoded; the next prompt extends them by 8 tokens. A fresh evaluation computes
+  // [512, 530) as one batch, where the decoded positions took one-row orders.
+  const auto cached = iota_tokens(522);
+  const auto spans = spans_of(512, 512, 10);
   auto p = cached;
-  for (int i = 0; i < 5; ++i) p.push_back(500 + i);
+  for (int i = 0; i < 8; ++i) p.push_back(900 + i);
   const auto plan = plan_prefix(cached, spans, p, 512, true);
-  EXPECT_EQ(plan.keep, 90u);
+  EXPECT_EQ(plan.keep, 512u);
   ASSERT_EQ(plan.steps.size(), 1u);
-  EXPECT_EQ(plan.steps[0].begin, 90u);
-  EXPECT_EQ(plan.steps[0].end, 95u);
-  EXPECT_TRUE(plan.steps[0].one_by_one);  // five tokens as one batch would take the batched orders
+  EXPECT_EQ(plan.steps[0].begin, 512u);
+  EXPECT_EQ(plan.steps[0].end, 530u);
 }
 
-TEST(PrefixPlan, ABatchedPromptIsKeptOnlyWhole) {
-  // A 20-token prompt took batch-dependent orders; a fresh 30-token prompt with the same start takes others.
-  const auto cached = iota_tokens(20);
-  const auto spans = spans_of(20, 512, 0);
+TEST(PrefixPlan, ABatchedPromptIsKeptWhereItsOrdersAgree) {
+  // Batches of 2..63 tokens: the same orders for each position but Q4_K's last n % 4 rows.
   const auto p = iota_tokens(30);
-  EXPECT_EQ(plan_prefix(cached, spans, p, 512, true).keep, 0u);
-  // The same 20 tokens again: the last must be evaluated, and the fresh batch of 20 only goes whole.
-  EXPECT_EQ(plan_prefix(cached, spans, cached, 512, true).keep, 0u);
+  // 8 cached tokens in one batch take the fresh batch's orders; the rest [8, 30) as one batch takes them too.
+  auto plan = plan_prefix(iota_tokens(8), spans_of(8, 512, 0), p, 512, true);
+  EXPECT_EQ(plan.keep, 8u);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_EQ(plan.steps[0].begin, 8u);
+  EXPECT_EQ(plan.steps[0].end, 30u);
+  // 10 cached tokens: positions 8 and 9 went alone in Q4_K's order, where the fresh batch groups them.
+  EXPECT_EQ(plan_prefix(iota_tokens(10), spans_of(10, 512, 0), p, 512, true).keep, 8u);
+  // 20 cached tokens: the same prompt again; the last must be evaluated, and the rest as a batch of whole groups.
+  const auto cached = iota_tokens(20);
+  EXPECT_EQ(plan_prefix(cached, spans_of(20, 512, 0), cached, 512, true).keep, 16u);
   // Without the exact rule the common prefix is kept (at least one token left to evaluate).
-  EXPECT_EQ(plan_prefix(cached, spans, p, 512, false).keep, 20u);
-  EXPECT_EQ(plan_prefix(cached, spans, cached, 512, false).keep, 19u);
+  EXPECT_EQ(plan_prefix(cached, spans_of(20, 512, 0), p, 512, false).keep, 20u);
+  EXPECT_EQ(plan_prefix(cached, spans_of(20, 512, 0), cached, 512, false).keep, 19u);
 }
 
-TEST(PrefixPlan, AWholeBatchOfAnEarlierPromptIsKept) {
-  // 600 tokens cached in batches of 512 + 88; a new prompt of 700 shares the first 600.
-  const auto cached = iota_tokens(600);
-  const auto spans = spans_of(600, 512, 0);
-  const auto p = iota_tokens(700);
-  const auto plan = plan_prefix(cached, spans, p, 512, true);
-  EXPECT_EQ(plan.keep, 600u);  // [0, 512) one-row; [512, 600) one-row both ways (88 >= 64)
+TEST(PrefixPlan, TiledBatchesAreKeptWhereTheirOrdersAgree) {
+  // 600 tokens cached in batches of 512 + 88; a new prompt of 700 shares the first 600 and computes [512, 700) as one
+  // batch: tiled both ways, the Q4_K groups of four aligned, so [512, 600) is kept and [600, 700) goes as a batch.
+  auto plan = plan_prefix(iota_tokens(600), spans_of(600, 512, 0), iota_tokens(700), 512, true);
+  EXPECT_EQ(plan.keep, 600u);
   ASSERT_EQ(plan.steps.size(), 1u);
   EXPECT_EQ(plan.steps[0].begin, 600u);
   EXPECT_EQ(plan.steps[0].end, 700u);
-  EXPECT_FALSE(plan.steps[0].one_by_one);  // 100 tokens: one-row orders as one batch
-}
-
-TEST(PrefixPlan, DivergingTokensStopTheReuse) {
+  // Cached as 512 + 30: [512, 542) took the one-query attention, which the fresh batch of 188 does not.
+  plan = plan_prefix(iota_tokens(542), spans_of(542, 512, 0), iota_tokens(700), 512, true);
+  EXPECT_EQ(plan.keep, 512u);
+  // A fresh batch of 64 or more takes the tiled attention, which its rest as a batch of fewer would not: the rest
+  // re-evaluated is the shortest of 64 rows or more whose Q4_K groups fall as the fresh batch's.
   const auto cached = iota_tokens(100);
-  const auto spans = spans_of(100, 512, 0);
   auto p = iota_tokens(100);
   p[70] = 9999;
-  const auto plan = plan_prefix(cached, spans, p, 512, true);
-  EXPECT_EQ(plan.keep, 70u);
+  plan = plan_prefix(cached, spans_of(100, 512, 0), p, 512, true);
+  EXPECT_EQ(plan.keep, 36u);
   ASSERT_EQ(plan.steps.size(), 1u);
-  EXPECT_TRUE(plan.steps[0].one_by_one);  // 30 tokens of a 100-token one-row batch
+  EXPECT_EQ(plan.steps[0].begin, 36u);
+  EXPECT_EQ(plan.steps[0].end, 100u);
 }
 
 // A plan's evaluation gives the logits a fresh evaluation gives, bit for bit: cached batches of 32 tokens, decoded
@@ -129,13 +133,8 @@ TEST(PrefixPlan, ReuseReproducesAFreshEvaluation) {
   const auto plan = plan_prefix(cached, spans, next, 32, true);
   EXPECT_GT(plan.keep, 0u);
   s.truncate(plan.keep);
-  for (const auto& st : plan.steps) {
-    if (st.one_by_one) {
-      for (uint32_t i = st.begin; i < st.end; ++i) ASSERT_TRUE(s.eval(std::span<const int32_t>(&next[i], 1)).ok());
-    } else {
-      ASSERT_TRUE(s.eval(std::span<const int32_t>(next.data() + st.begin, st.end - st.begin)).ok());
-    }
-  }
+  for (const auto& st : plan.steps)
+    ASSERT_TRUE(s.eval(std::span<const int32_t>(next.data() + st.begin, st.end - st.begin)).ok());
   Session fresh = new_session(**m);
   ASSERT_TRUE(fresh.eval(next).ok());
   EXPECT_TRUE(same_bits(s.logits(), fresh.logits()));

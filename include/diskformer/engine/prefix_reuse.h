@@ -1,10 +1,10 @@
 // Reusing a session's cached prefix for a new prompt without changing a bit of the result. Products over a batch
-// of tokens do not all round as they do for one token (llama.cpp's orders on the CPU: f32/f16 products of 2..63
-// rows go through its tiled routine, Q4_K pairs rows in fours), so a position computed in one batch may differ in
-// its last bits from the same position computed in another, and a greedy choice can follow those bits. On the CPU
-// a batch of one token and a batch of kTiledAttentionRows or more compute every position in the same one-row
-// orders; a batch in between computes them in orders that depend on the batch. So a cached position reproduces a
-// fresh evaluation of the prompt (in batches of n_batch) where both computed it in one-row orders, or both in the
+// of tokens do not all round as they do for one token (llama.cpp's orders on the CPU: f32/f16 products of several
+// rows go through its tiled routine, Q4_K pairs rows in fours, attention of 64 queries or more takes its tiled
+// kernel), so a position computed in one batch may differ in its last bits from the same position computed in
+// another, and a greedy choice can follow those bits. On the CPU a batch of one token computes its position in the
+// one-row orders; a larger batch computes them in orders that depend on the batch. So a cached position reproduces
+// a fresh evaluation of the prompt (in batches of n_batch) where both computed it as a batch of one, or both in the
 // very same batch; and what is evaluated after the kept prefix must take, position by position, the orders the
 // fresh evaluation takes. plan_prefix() says how much to keep and how to evaluate the rest so that it does.
 //
@@ -25,8 +25,7 @@ struct EvalSpan {
 };
 
 struct PrefixStep {
-  uint32_t begin = 0, end = 0;  // prompt positions [begin, end) ...
-  bool one_by_one = false;      // ... as one eval() each (one-row orders for a batch that would take others)
+  uint32_t begin = 0, end = 0;  // prompt positions [begin, end), as one eval()
 };
 
 struct PrefixPlan {

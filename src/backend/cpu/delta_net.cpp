@@ -26,11 +26,19 @@ void causal_conv1d(Context& ctx, const ConvArgs& a) {
       float* y = a.y + t * C;
       for (int64_t c = c0; c < c1; ++c) {
         const float* w = a.w + c * a.kernel;
+        // As llama.cpp's x86 build computes its sum over the taps: the products of whole groups of 8 taps, then of
+        // one group of 4, each rounded and added in tap order; the last taps (fewer than 4) fused into the sum.
+        const int64_t taps = W + 1, grouped = taps / 8 * 8 + (taps % 8 >= 4 ? 4 : 0);
         float sum = 0.0f;
-        for (int64_t i = 0; i <= W; ++i) {
+        for (int64_t i = 0; i < taps; ++i) {
           const int64_t r = t + i;  // row of the window followed by the batch
           const float in = r < W ? a.window[r * C + c] : a.x[(r - W) * C + c];
-          sum = std::fma(in, w[i], sum);
+          if (i < grouped) {
+            const float p = in * w[i];
+            sum += p;
+          } else {
+            sum = std::fma(in, w[i], sum);
+          }
         }
         y[c] = sum;
       }

@@ -36,7 +36,7 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
   const int64_t E = s_.n_embd;
   DF_TRY(check_batch(s_, tokens, kv));
 
-  one_row_ = n >= kTiledAttentionRows;
+  one_row_ = false;  // llama.cpp's orders for a batch of n (attention: its tiled kernel from kTiledRows queries)
   ensure_size(b_.x, n * E);
   ensure_size(b_.xn, n * E);
   ensure_size(b_.proj, n * E);

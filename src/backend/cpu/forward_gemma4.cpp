@@ -29,7 +29,6 @@ Status Gemma4Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all
   const float eps = s_.norm_eps;
   DF_TRY(check_batch(s_, tokens, kv));
 
-  one_row_ = n >= kTiledAttentionRows;
   for (auto* v : {&b_.x, &b_.xn, &b_.attn_out, &b_.proj, &b_.mlp}) ensure_size(*v, n * E);
   // The embedding scaled by sqrt(d) (text tokens; llama.cpp does not scale embeddings given as input).
   const float embd_scale = std::sqrt(float(E));
@@ -87,7 +86,7 @@ Status Gemma4Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all
 }
 
 void Gemma4Forward::matmul(const model::Mat& w, const float* x, int64_t n, float* y) {
-  const MatmulJob job{&w, x, n, y, one_row_};
+  const MatmulJob job{&w, x, n, y};
   matmul_many(ctx_, std::span<const MatmulJob>(&job, 1));
 }
 
@@ -136,10 +135,10 @@ void Gemma4Forward::attention(const model::LayerWeights& lw, uint32_t il, int64_
   ensure_size(b_.k, n * kd);
   ensure_size(b_.v, n * kd);
   ensure_size(b_.attn, n * qd);
-  std::vector<MatmulJob> jobs = {{&lw.wq, b_.xn.data(), n, b_.q.data(), one_row_}};
+  std::vector<MatmulJob> jobs = {{&lw.wq, b_.xn.data(), n, b_.q.data()}};
   if (own_kv) {
-    jobs.push_back({&lw.wk, b_.xn.data(), n, b_.k.data(), one_row_});
-    if (lw.wv.present()) jobs.push_back({&lw.wv, b_.xn.data(), n, b_.v.data(), one_row_});
+    jobs.push_back({&lw.wk, b_.xn.data(), n, b_.k.data()});
+    if (lw.wv.present()) jobs.push_back({&lw.wv, b_.xn.data(), n, b_.v.data()});
   }
   matmul_many(ctx_, jobs);
   // Full layers rotate by frequencies divided by rope_freqs ("proportional" RoPE: the pairs past a quarter of the
@@ -182,8 +181,8 @@ void Gemma4Forward::mlp(const model::LayerWeights& lw, uint32_t il, int64_t n, c
   const int64_t F = s_.layers[il].n_ff;
   ensure_size(b_.gate, n * F);
   ensure_size(b_.up, n * F);
-  const MatmulJob gate_up[] = {{&lw.ffn_gate, in, n, b_.gate.data(), one_row_},
-                               {&lw.ffn_up, in, n, b_.up.data(), one_row_}};
+  const MatmulJob gate_up[] = {{&lw.ffn_gate, in, n, b_.gate.data()},
+                               {&lw.ffn_up, in, n, b_.up.data()}};
   matmul_many(ctx_, gate_up);
   geglu(b_.gate.data(), b_.up.data(), n * F, b_.gate.data());
   matmul(lw.ffn_down, b_.gate.data(), n, out);

@@ -27,7 +27,6 @@ Status HybridForward::run(std::span<const int32_t> tokens, KvCache& kv, Recurren
     o.save->n_past = state.n_past + uint32_t(o.save_after);
   }
 
-  one_row_ = n >= kTiledAttentionRows;
   ensure_size(b_.x, n * E);
   ensure_size(b_.xn, n * E);
   ensure_size(b_.proj, n * E);
@@ -66,7 +65,7 @@ Status HybridForward::run(std::span<const int32_t> tokens, KvCache& kv, Recurren
 }
 
 void HybridForward::matmul(const model::Mat& w, const float* x, int64_t n, float* y) {
-  const MatmulJob job{&w, x, n, y, one_row_};
+  const MatmulJob job{&w, x, n, y};
   matmul_many(ctx_, std::span<const MatmulJob>(&job, 1));
 }
 
@@ -86,10 +85,10 @@ void HybridForward::delta_net(const model::LayerWeights& lw, uint32_t slot, int6
   ensure_size(b_.beta, n * Hv);
   ensure_size(b_.g, n * Hv);
   ensure_size(b_.core, n * Vd);
-  const MatmulJob proj[] = {{&lw.ssm_qkv, b_.xn.data(), n, b_.mixed.data(), one_row_},
-                            {&lw.ssm_z, b_.xn.data(), n, b_.z.data(), one_row_},
-                            {&lw.ssm_beta, b_.xn.data(), n, b_.beta.data(), one_row_},
-                            {&lw.ssm_alpha, b_.xn.data(), n, b_.g.data(), one_row_}};
+  const MatmulJob proj[] = {{&lw.ssm_qkv, b_.xn.data(), n, b_.mixed.data()},
+                            {&lw.ssm_z, b_.xn.data(), n, b_.z.data()},
+                            {&lw.ssm_beta, b_.xn.data(), n, b_.beta.data()},
+                            {&lw.ssm_alpha, b_.xn.data(), n, b_.g.data()}};
   matmul_many(ctx_, proj);
   // Per v head: the update rate and the log of the decay (ggml's add, softplus and mul, each rounded).
   const float* dt_bias = lw.ssm_dt_bias.f32();
@@ -144,9 +143,9 @@ void HybridForward::attention_block(const model::LayerWeights& lw, uint32_t il, 
   ensure_size(b_.k, n * kd);
   ensure_size(b_.v, n * vd);
   ensure_size(b_.attn, n * qd);
-  const MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q_gate.data(), one_row_},
-                           {&lw.wk, b_.xn.data(), n, b_.k.data(), one_row_},
-                           {&lw.wv, b_.xn.data(), n, b_.v.data(), one_row_}};
+  const MatmulJob qkv[] = {{&lw.wq, b_.xn.data(), n, b_.q_gate.data()},
+                           {&lw.wk, b_.xn.data(), n, b_.k.data()},
+                           {&lw.wv, b_.xn.data(), n, b_.v.data()}};
   matmul_many(ctx_, qkv);
   for (int64_t t = 0; t < n; ++t) {
     float* q = b_.q.data() + t * qd;
@@ -187,7 +186,6 @@ Status HybridForward::ffn(const model::LayerWeights& lw, uint32_t il, int64_t n)
                          .x = b_.xn.data(),
                          .n_tok = n,
                          .out = b_.proj.data(),
-                         .one_row = one_row_,
                          .guess = guess_,
                          .routing = routing_}));
   // The shared expert, scaled by the sigmoid of its gate's one logit per token, added to the routed experts' sum.
@@ -195,9 +193,9 @@ Status HybridForward::ffn(const model::LayerWeights& lw, uint32_t il, int64_t n)
   ensure_size(b_.sh_up, n * Fs);
   ensure_size(b_.sh_logit, n);
   ensure_size(b_.sh_out, n * E);
-  const MatmulJob gate_up[] = {{&lw.gate_shexp, b_.xn.data(), n, b_.sh_gate.data(), one_row_},
-                               {&lw.up_shexp, b_.xn.data(), n, b_.sh_up.data(), one_row_},
-                               {&lw.gate_inp_shexp, b_.xn.data(), n, b_.sh_logit.data(), one_row_}};
+  const MatmulJob gate_up[] = {{&lw.gate_shexp, b_.xn.data(), n, b_.sh_gate.data()},
+                               {&lw.up_shexp, b_.xn.data(), n, b_.sh_up.data()},
+                               {&lw.gate_inp_shexp, b_.xn.data(), n, b_.sh_logit.data()}};
   matmul_many(ctx_, gate_up);
   for (int64_t t = 0; t < n; ++t)
     swiglu(b_.sh_gate.data() + t * Fs, b_.sh_up.data() + t * Fs, Fs, b_.sh_gate.data() + t * Fs);

@@ -344,20 +344,28 @@ DF_AVX2 float dot_f32(int64_t n, const float* w, const float* a) { DF_LANES8_DOT
     for (int j = 0; j < 4; ++j)                                                                   \
       acc[j] = _mm256_fmadd_ps(LOAD8(w + i + 8 * j), LOAD8(a + i + 8 * j), acc[j]);               \
   alignas(32) float l[8];                                                                         \
-  _mm256_store_ps(l, _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]))); \
-  const float steps = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
+  _mm256_store_ps(l, _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])))
+
+inline float single_lanes_sum(const float* l) { return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7])); }
 
 DF_AVX2 float dot_f32_single(int64_t n, const float* w, const float* a) {
   DF_SINGLE_STEPS(_mm256_loadu_ps);
-  float sum = steps;
+  float sum = single_lanes_sum(l);
   for (int64_t i = whole; i < n; ++i) sum += w[i] * a[i];
   return sum;
 }
 
 DF_AVX2 float dot_f16_single(int64_t n, const uint16_t* w, const uint16_t* a) {
   DF_SINGLE_STEPS(load_f16x8);
-  double sum = steps;
+  double sum = single_lanes_sum(l);
   for (int64_t i = whole; i < n; ++i) sum += double(h2f(w[i]) * h2f(a[i]));
+  return float(sum);
+}
+
+DF_AVX2 float dot_bf16_single(int64_t n, const uint16_t* w, const uint16_t* a) {
+  DF_SINGLE_STEPS(load_bf16x8);
+  double sum = lanes8_sum(l);
+  for (int64_t i = whole; i < n; ++i) sum += double(bf16_to_f32(w[i]) * bf16_to_f32(a[i]));
   return float(sum);
 }
 
@@ -468,6 +476,7 @@ const Kernels* avx2_kernels() {
       .dot_f32 = dot_f32,
       .dot_f32_single = dot_f32_single,
       .dot_f16_single = dot_f16_single,
+      .dot_bf16_single = dot_bf16_single,
       .dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8,
       .dot8_q4_0_q8_0_x8 = dot8_q4_0_q8_0_x8,
       .dot_iq4_nl_q8_0_x8 = dot_iq4_nl_q8_0_x8,

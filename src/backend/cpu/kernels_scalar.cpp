@@ -175,9 +175,9 @@ float dot_iq4_nl_q8_0_x8(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
   });
 }
 
-// The whole 32-element steps of dot_f32_single's order, values loaded by load(i).
+// The whole 32-element steps of dot_f32_single's order, values loaded by load(i); `lanes` sums the 8 lanes.
 template <typename Load>
-float single_steps(int64_t whole, Load load) {
+float single_steps(int64_t whole, Load load, float (*lanes)(const float*)) {
   float l[4][8] = {};
   for (int64_t i = 0; i < whole; ++i) {
     auto [w, a] = load(i);
@@ -186,7 +186,13 @@ float single_steps(int64_t whole, Load load) {
   }
   float s[8];
   for (int k = 0; k < 8; ++k) s[k] = (l[0][k] + l[2][k]) + (l[1][k] + l[3][k]);
-  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+  return lanes(s);
+}
+
+float single_lanes_sum(const float* s) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
+template <typename Load>
+float single_steps(int64_t whole, Load load) {
+  return single_steps(whole, load, single_lanes_sum);
 }
 
 float dot_f32_single(int64_t n, const float* w, const float* a) {
@@ -200,6 +206,15 @@ float dot_f16_single(int64_t n, const uint16_t* w, const uint16_t* a) {
   const int64_t whole = n / 32 * 32;
   double sum = single_steps(whole, [&](int64_t i) { return std::pair{f16_to_f32(w[i]), f16_to_f32(a[i])}; });
   for (int64_t i = whole; i < n; ++i) sum += double(f16_to_f32(w[i]) * f16_to_f32(a[i]));
+  return float(sum);
+}
+
+float dot_bf16_single(int64_t n, const uint16_t* w, const uint16_t* a) {
+  const int64_t whole = n / 32 * 32;
+  double sum = single_steps(
+      whole, [&](int64_t i) { return std::pair{bf16_to_f32(w[i]), bf16_to_f32(a[i])}; },
+      [](const float* s) { return lanes8_sum(s); });
+  for (int64_t i = whole; i < n; ++i) sum += double(bf16_to_f32(w[i]) * bf16_to_f32(a[i]));
   return float(sum);
 }
 
@@ -282,6 +297,7 @@ const Kernels& scalar_kernels() {
       .dot_f32 = dot_f32,
       .dot_f32_single = dot_f32_single,
       .dot_f16_single = dot_f16_single,
+      .dot_bf16_single = dot_bf16_single,
       .dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8,
       .dot8_q4_0_q8_0_x8 = dot8_q4_0_q8_0_x8,
       .dot_iq4_nl_q8_0_x8 = dot_iq4_nl_q8_0_x8,

@@ -110,7 +110,7 @@ float dot_row(const Kernels& k, GgmlType t, DotOrder o, int64_t n, const uint8_t
     case GgmlType::Q6_K: return dot_as(k.dot_q6_k_q8_k, n, w, a);
     case GgmlType::IQ4_XS: return dot_as(k.dot_iq4_xs_q8_k, n, w, a);
     case GgmlType::F16: return dot_as(o.single ? k.dot_f16_single : k.dot_f16, n, w, a);
-    case GgmlType::BF16: return dot_as(k.dot_bf16, n, w, a);
+    case GgmlType::BF16: return dot_as(o.single ? k.dot_bf16_single : k.dot_bf16, n, w, a);
     default: return dot_as(o.single ? k.dot_f32_single : k.dot_f32, n, w, a);
   }
 }
@@ -283,34 +283,151 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+namespace {
+
+// The keys a query at position `last` sees: 0 .. last, or the window's last `window` of them.
+int64_t first_key(const AttentionArgs& a, int64_t last) {
+  return a.window > 0 ? std::max<int64_t>(0, last - a.window + 1) : 0;
+}
+
+// Online softmax over keys [j0, j1) for query (t, h) in the order of ggml's one-query kernel: q rounded to f16,
+// scores by Kernels::dot_f16_single, the value accumulator in f16. m and s_sum carry the running maximum and sum.
+void attend_f16(const Kernels& k, const AttentionArgs& a, const uint16_t* q16, int g, int64_t j0, int64_t j1,
+                uint16_t* acc16, float& m, float& s_sum) {
+  const int64_t kv_k = int64_t(a.n_head_kv) * a.head_dim_k, kv_v = int64_t(a.n_head_kv) * a.head_dim_v;
+  for (int64_t j = j0; j < j1; ++j) {
+    const float s = k.dot_f16_single(a.head_dim_k, a.k + j * kv_k + int64_t(g) * a.head_dim_k, q16) * a.scale;
+    float ms = 1.0f, vs = 1.0f;
+    if (s > m) {
+      const float m_old = m;
+      m = s;
+      ms = std::exp(m_old - m);
+      k.scale_f16(a.head_dim_v, acc16, ms);
+    } else {
+      vs = std::exp(s - m);
+    }
+    k.mad_f16(a.head_dim_v, acc16, a.v + j * kv_v + int64_t(g) * a.head_dim_v, vs);
+    s_sum = std::fma(s_sum, ms, vs);  // fused, as llama.cpp's build computes S * ms + vs
+  }
+}
+
+// One query row as ggml's tiled kernel computes it (batches of kTiledRows queries or more): keys in tiles of
+// kKeyTile cells from cell 0; in each tile the scores are f32 dot products of the f32 query with the keys (one fused
+// multiply-add per dimension, in order), scaled; the tile's maximum rescales the f32 accumulator and the sum
+// (libm's expf); the tile's exponentials (exp_approx, masked keys 0) are summed 8 at a time in float, the 8 sums in
+// double, added to the float sum; the values join the accumulator one fused multiply-add per key, in order.
+void attend_tiled(const AttentionArgs& a, int64_t t, int h, float* out) {
+  constexpr int64_t kKeyTile = 64;
+  const int g = h / (a.n_head / a.n_head_kv);
+  const int64_t kv_k = int64_t(a.n_head_kv) * a.head_dim_k, kv_v = int64_t(a.n_head_kv) * a.head_dim_v;
+  const float* q = a.q + (t * a.n_head + h) * a.head_dim_k;
+  const int64_t last = a.pos0 + t, first = first_key(a, last);
+  float acc[1024], kf[1024], p[kKeyTile];
+  std::fill_n(acc, a.head_dim_v, 0.0f);
+  float m = -INFINITY, s_sum = 0.0f;
+  for (int64_t c0 = first / kKeyTile * kKeyTile; c0 <= last; c0 += kKeyTile) {
+    const int64_t j0 = std::max(c0, first), j1 = std::min(c0 + kKeyTile, last + 1);
+    float tile_max = -INFINITY;
+    std::fill_n(p, kKeyTile, -INFINITY);
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint16_t* kr = a.k + j * kv_k + int64_t(g) * a.head_dim_k;
+      for (int d = 0; d < a.head_dim_k; ++d) kf[d] = f16_to_f32(kr[d]);
+      float sc = 0.0f;
+      for (int d = 0; d < a.head_dim_k; ++d) sc = std::fma(kf[d], q[d], sc);
+      sc *= a.scale;
+      p[j - c0] = sc;
+      tile_max = std::max(tile_max, sc);
+    }
+    const float m_new = std::max(m, tile_max);
+    if (m_new > m) {
+      const float ms = std::exp(m - m_new);
+      for (int d = 0; d < a.head_dim_v; ++d) acc[d] *= ms;
+      s_sum *= ms;
+    }
+    m = m_new;
+    double sum = 0.0;
+    for (int64_t i = 0; i < kKeyTile; i += 8) {
+      for (int64_t j = i; j < i + 8; ++j) p[j] = exp_approx_f32(p[j] - m);
+      sum += double(lanes8_sum(p + i));
+    }
+    s_sum = float(double(s_sum) + sum);
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint16_t* vr = a.v + j * kv_v + int64_t(g) * a.head_dim_v;
+      const float pj = p[j - c0];
+      for (int d = 0; d < a.head_dim_v; ++d) acc[d] = std::fma(pj, f16_to_f32(vr[d]), acc[d]);
+    }
+  }
+  const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
+  for (int d = 0; d < a.head_dim_v; ++d) out[d] = acc[d] * inv;
+}
+
+}  // namespace
+
+int64_t kv_view_cells(int64_t n_used) { return std::max<int64_t>(256, (n_used + 255) / 256 * 256); }
+
 void attention(Context& ctx, const AttentionArgs& a) {
   const Kernels& k = *ctx.kernels;
   DF_CHECK(a.head_dim_k <= 1024 && a.head_dim_v <= 1024);
   const int group = a.n_head / a.n_head_kv;
-  const int64_t kv_k = int64_t(a.n_head_kv) * a.head_dim_k, kv_v = int64_t(a.n_head_kv) * a.head_dim_v;
+  if (a.n_tok >= kTiledRows && a.head_dim_v % 8 == 0) {
+    ctx.parallel(a.n_tok * a.n_head, [&](int64_t task) {
+      const int64_t t = task / a.n_head;
+      const int h = int(task % a.n_head);
+      attend_tiled(a, t, h, a.out + (t * a.n_head + h) * a.head_dim_v);
+    });
+    return;
+  }
+  // One query over a view of 512 cells or more: ggml splits the cells into one chunk per thread, attends each
+  // chunk from scratch and merges the chunks' (maximum, sum, accumulator) in order.
+  const int64_t cells = kv_view_cells(a.pos0 + a.n_tok);
+  const int64_t n_split = a.n_tok == 1 && cells >= 512 ? int64_t(ctx.pool ? ctx.pool->size() : 1) : 1;
+  if (n_split > 1) {
+    const int64_t chunk = (cells + n_split - 1) / n_split, dv = a.head_dim_v;
+    std::vector<float> part(size_t(a.n_head * n_split * (2 + dv)));
+    ctx.parallel(a.n_head * n_split, [&](int64_t task) {
+      const int h = int(task / n_split);
+      const int64_t c = task % n_split, last = a.pos0, first = first_key(a, last);
+      float* pt = part.data() + task * (2 + dv);
+      uint16_t q16[1024], acc16[1024];
+      k.to_f16(a.q + h * a.head_dim_k, q16, a.head_dim_k);
+      std::fill_n(acc16, dv, uint16_t{0});
+      float m = -INFINITY, s_sum = 0.0f;
+      attend_f16(k, a, q16, h / group, std::max(first, c * chunk), std::min(last + 1, (c + 1) * chunk), acc16, m,
+                 s_sum);
+      pt[0] = m;
+      pt[1] = s_sum;
+      for (int64_t d = 0; d < dv; ++d) pt[2 + d] = f16_to_f32(acc16[d]);
+    });
+    for (int h = 0; h < a.n_head; ++h) {
+      float m = -INFINITY, s_sum = 0.0f;
+      float* out = a.out + int64_t(h) * dv;
+      std::fill_n(out, dv, 0.0f);
+      for (int64_t c = 0; c < n_split; ++c) {
+        const float* pt = part.data() + (h * n_split + c) * (2 + dv);
+        if (c * chunk >= cells || pt[1] == 0.0f) continue;
+        const float m_new = std::max(m, pt[0]);
+        const float s_old = std::exp(m - m_new), s_new = std::exp(pt[0] - m_new);
+        // llama.cpp's build fuses the first product of each sum: fma(a, s_old, b * s_new).
+        for (int64_t d = 0; d < dv; ++d) out[d] = std::fma(out[d], s_old, pt[2 + d] * s_new);
+        s_sum = std::fma(s_sum, s_old, pt[1] * s_new);
+        m = m_new;
+      }
+      if (s_sum != 0.0f) {
+        const float inv = 1.0f / s_sum;
+        for (int64_t d = 0; d < dv; ++d) out[d] *= inv;
+      }
+    }
+    return;
+  }
   ctx.parallel(a.n_tok * a.n_head, [&](int64_t task) {
     const int64_t t = task / a.n_head;
-    const int h = int(task % a.n_head), g = h / group;
+    const int h = int(task % a.n_head);
     uint16_t q16[1024], acc16[1024];
     k.to_f16(a.q + (t * a.n_head + h) * a.head_dim_k, q16, a.head_dim_k);
     std::fill_n(acc16, a.head_dim_v, uint16_t{0});
     float m = -INFINITY, s_sum = 0.0f;
     const int64_t last = a.pos0 + t;  // causal: keys 0..last; ggml skips masked keys before any update
-    const int64_t first = a.window > 0 ? std::max<int64_t>(0, last - a.window + 1) : 0;
-    for (int64_t j = first; j <= last; ++j) {
-      const float s = k.dot_f16_single(a.head_dim_k, a.k + j * kv_k + int64_t(g) * a.head_dim_k, q16) * a.scale;
-      float ms = 1.0f, vs = 1.0f;
-      if (s > m) {
-        const float m_old = m;
-        m = s;
-        ms = std::exp(m_old - m);
-        k.scale_f16(a.head_dim_v, acc16, ms);
-      } else {
-        vs = std::exp(s - m);
-      }
-      k.mad_f16(a.head_dim_v, acc16, a.v + j * kv_v + int64_t(g) * a.head_dim_v, vs);
-      s_sum = std::fma(s_sum, ms, vs);  // fused, as llama.cpp's build computes S * ms + vs
-    }
+    attend_f16(k, a, q16, h / group, first_key(a, last), last + 1, acc16, m, s_sum);
     float* out = a.out + (t * a.n_head + h) * a.head_dim_v;
     const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
     for (int i = 0; i < a.head_dim_v; ++i) out[i] = f16_to_f32(acc16[i]) * inv;

@@ -21,8 +21,9 @@ void l2_norm(const float* x, int64_t n, float eps, float* y);
 
 // The causal depthwise convolution over the last K positions of each channel, with its window carried from batch to
 // batch: y[t][c] = sum over i < K of w[c][i] * in[t + i][c], where `in` is the window's K - 1 rows followed by the
-// batch's rows (ggml's ssm_conv: products added in order from zero, each with one rounding as its build fuses
-// them). Afterwards the window holds the last K - 1 rows of `in`.
+// batch's rows (ggml's ssm_conv as its x86 build compiles it: added in order from zero, the products of whole
+// groups of 8 taps and then of one group of 4 rounded on their own, the last K % 4 taps fused into the sum).
+// Afterwards the window holds the last K - 1 rows of `in`.
 struct ConvArgs {
   const float* x = nullptr;  // [n_tok][channels]
   int64_t n_tok = 0, channels = 0;

@@ -55,12 +55,6 @@ struct ForwardStats {
   uint64_t expert_uses = 0;  // (token, expert) pairs routed
 };
 
-// llama.cpp's CPU attention takes a tiled kernel for batches of 64 or more queries, whose arithmetic is not reproduced
-// here; such batches use the orders of its one-token-at-a-time prefill throughout instead, which equal its batched
-// results wherever the two agree (the gold files' stable cases). So a batch of one token and a batch of this many or
-// more compute each position in the same one-row orders (engine/prefix_reuse.h relies on it). Every CPU forward.
-constexpr int64_t kTiledAttentionRows = 64;
-
 // What every forward checks before anything changes: a batch of at least one token that fits the context after
 // kv.n_past, its ids inside the vocabulary.
 Status check_batch(const model::ModelSpec& s, std::span<const int32_t> tokens, const KvCache& kv);
@@ -113,7 +107,8 @@ class Forward final : public ForwardPass {
   void guess_experts(uint32_t next);
   // The same for the n rows of a decode step of several sequences: the union of their guesses.
   void guess_experts_many(uint32_t next, int64_t n);
-  // A product of the batch in llama.cpp's order for it (one_row_: in its one-row orders).
+  // A product of the batch in llama.cpp's order for it (one_row_, a decode step of several sequences: each row in
+  // the one-row orders, as it would step alone).
   void matmul(const model::Mat& w, const float* x, int64_t n, float* y);
 
   const model::ModelSpec& s_;

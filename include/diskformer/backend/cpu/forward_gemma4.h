@@ -80,9 +80,6 @@ class Gemma4Forward final : public ForwardPass {
   cache::Pins layer_pin_;       // the streamed dense layer being computed
   std::vector<int32_t> guess_;  // the next layer's guessed experts (empty: none)
   Routing route_;               // the current MoE layer's choice
-  // As Forward: batches of 64 or more tokens take llama.cpp's one-token orders throughout (its tiled attention for
-  // such batches is not reproduced).
-  bool one_row_ = false;
 };
 
 }  // namespace df::cpu

@@ -97,7 +97,6 @@ class HybridForward {
   model::RoutingStats* routing_ = nullptr;
   std::vector<uint32_t> slot_;   // [n_layer]: a recurrent layer's index among the recurrent layers
   std::vector<int32_t> guess_;   // the next layer's guessed experts (empty: none)
-  bool one_row_ = false;
 };
 
 }  // namespace df::cpu

@@ -71,6 +71,9 @@ struct Kernels {
   // dot_f32_single's order on halves (ggml_vec_dot_f16), its tail summed in double: attention's scores, and f16
   // products with one activation row.
   float (*dot_f16_single)(int64_t n, const uint16_t* w, const uint16_t* a);
+  // bf16 products with one activation row (ggml_vec_dot_bf16): dot_f32_single's steps, the lanes then summed as
+  // the 8-lane orders are, and its tail summed in double.
+  float (*dot_bf16_single)(int64_t n, const uint16_t* w, const uint16_t* a);
   // The interleaved-matrix orders (above).
   float (*dot_q4_0_q8_0_x8)(int64_t n, const BlockQ4_0* w, const BlockQ8_0* a);
   // Eight weight rows against nt (1 to 8) activation rows: out[t * 8 + i] equals dot_q4_0_q8_0_x8(n, w[i], a[t]) bit

@@ -69,9 +69,15 @@ void geglu(const float* gate, const float* up, int64_t n, float* y);
 void softmax(float* x, int64_t n);
 
 // Causal attention of n_tok queries at positions pos0 .. pos0 + n_tok - 1 over an f16 cache holding positions
-// 0 .. pos0 + n_tok - 1. Follows ggml's CPU flash attention for one query row at a time: q rounded to f16, scores
-// in f32 (Kernels::dot_f16_single), online softmax with the value accumulator kept in f16. (Its tiled kernel for
-// 64 or more queries and its key split for 512 or more cells on several threads round differently.)
+// 0 .. pos0 + n_tok - 1, in the orders of ggml's CPU flash attention, which has three:
+//   - fewer than kTiledRows queries: one query row at a time, q rounded to f16, scores in f32
+//     (Kernels::dot_f16_single), online softmax with the value accumulator kept in f16;
+//   - kTiledRows queries or more: its tiled kernel, f32 throughout (ops.cpp, attend_tiled);
+//   - one query over a view of 512 cells or more (llama.cpp pads the view, kv_view_cells): the cells split into one
+//     chunk per thread of the pool, each attended as the first order from scratch, the chunks merged in order; so
+//     these results depend on the thread count, as llama.cpp's do on its -t.
+// The cells hold positions in order: a sliding window masks the keys before it (llama.cpp's own cache for sliding
+// layers holds them in a ring of at least window + 512 cells, whose order past its end is not reproduced here).
 struct AttentionArgs {
   const float* q = nullptr;         // [n_tok][n_head * head_dim_k]
   const uint16_t* k = nullptr;      // [positions][n_head_kv * head_dim_k] f16
@@ -82,6 +88,9 @@ struct AttentionArgs {
   float scale = 1.0f;
   int64_t window = 0;  // > 0: the query at position p sees keys p - window + 1 .. p only (a sliding layer)
 };
+constexpr int64_t kTiledRows = 64;
+// The cells llama.cpp's KV cache shows attention when n_used of them are in use: a multiple of 256, at least 256.
+int64_t kv_view_cells(int64_t n_used);
 void attention(Context& ctx, const AttentionArgs& a);
 
 }  // namespace df::cpu
