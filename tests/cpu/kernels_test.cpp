@@ -350,6 +350,35 @@ TEST(Kernels, EveryQuantizedDotMatchesScalarAndReference) {
   }
 }
 
+TEST(Kernels, TiledAttentionScoresAndValuesMatchScalar) {
+  // Key and value rows of halves at a stride (the KV cache's row of all heads), key counts below, at and past a
+  // multiple of 8, head sizes that are and are not multiples of 8.
+  const Kernels& s = scalar_kernels();
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t dim : {int64_t(64), int64_t(128), int64_t(36)})
+    for (int64_t n : {int64_t(1), int64_t(8), int64_t(13), int64_t(64)}) {
+      const int64_t stride = dim * 3;
+      std::vector<uint16_t> kv(size_t(n * stride));
+      for (auto& h : kv) h = f32_to_f16(nd(g));
+      std::vector<float> q(static_cast<size_t>(dim)), p(static_cast<size_t>(n)), acc0(static_cast<size_t>(dim));
+      for (auto& x : q) x = nd(g);
+      for (auto& x : p) x = std::fabs(nd(g));
+      for (auto& x : acc0) x = nd(g);
+      std::vector<float> want(static_cast<size_t>(n)), want_acc = acc0;
+      s.tile_scores_f16(n, dim, kv.data() + 5, stride, q.data(), want.data());
+      s.tile_accumulate_f16(n, dim, kv.data() + 7, stride, p.data(), want_acc.data());
+      for (const Kernels* k : simd_tables()) {
+        std::vector<float> got(static_cast<size_t>(n)), got_acc = acc0;
+        k->tile_scores_f16(n, dim, kv.data() + 5, stride, q.data(), got.data());
+        k->tile_accumulate_f16(n, dim, kv.data() + 7, stride, p.data(), got_acc.data());
+        for (int64_t j = 0; j < n; ++j) EXPECT_EQ(bits(got[size_t(j)]), bits(want[size_t(j)])) << k->name << " key " << j;
+        for (int64_t d = 0; d < dim; ++d)
+          EXPECT_EQ(bits(got_acc[size_t(d)]), bits(want_acc[size_t(d)])) << k->name << " element " << d;
+      }
+    }
+}
+
 TEST(Kernels, EightRowInterleavedQ4_0DotsEqualSingleOnes) {
   // Every (row, activation row) of the eight-row kernel equals the single-row interleaved dot, for 1 to 8
   // activation rows, block counts odd and even.

@@ -425,6 +425,52 @@ DF_AVX2 void mad_f32(int64_t n, float* y, const float* x, float v) {
   for (; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
 }
 
+// Eight keys side by side, lane i holding key i's chain over d (an 8x8 block of halves transposed per step).
+DF_AVX2 void tile_scores_f16(int64_t n, int64_t dim, const uint16_t* k, int64_t stride, const float* q, float* out) {
+  int64_t j = 0;
+  if (dim % 8 == 0)
+    for (; j + 8 <= n; j += 8) {
+      __m256 s = _mm256_setzero_ps();
+      for (int64_t d = 0; d < dim; d += 8) {
+        __m128i r[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + (j + i) * stride + d));
+        // Transpose 8 rows of 8 halves: t[c] holds element d + c of the 8 keys.
+        const __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
+        const __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
+        const __m128i a4 = _mm_unpacklo_epi16(r[4], r[5]), a5 = _mm_unpackhi_epi16(r[4], r[5]);
+        const __m128i a6 = _mm_unpacklo_epi16(r[6], r[7]), a7 = _mm_unpackhi_epi16(r[6], r[7]);
+        const __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
+        const __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
+        const __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
+        const __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
+        const __m128i t[8] = {_mm_unpacklo_epi64(b0, b4), _mm_unpackhi_epi64(b0, b4), _mm_unpacklo_epi64(b1, b5),
+                              _mm_unpackhi_epi64(b1, b5), _mm_unpacklo_epi64(b2, b6), _mm_unpackhi_epi64(b2, b6),
+                              _mm_unpacklo_epi64(b3, b7), _mm_unpackhi_epi64(b3, b7)};
+        for (int c = 0; c < 8; ++c) s = _mm256_fmadd_ps(_mm256_cvtph_ps(t[c]), _mm256_set1_ps(q[d + c]), s);
+      }
+      _mm256_storeu_ps(out + j, s);
+    }
+  for (; j < n; ++j) {
+    float s = 0.0f;
+    for (int64_t d = 0; d < dim; ++d) s = std::fma(h2f(k[j * stride + d]), q[d], s);
+    out[j] = s;
+  }
+}
+
+// Lane i holds element d + i's chain over the keys.
+DF_AVX2 void tile_accumulate_f16(int64_t n, int64_t dim, const uint16_t* v, int64_t stride, const float* p, float* acc) {
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) {
+    __m256 a = _mm256_loadu_ps(acc + d);
+    for (int64_t j = 0; j < n; ++j)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]),
+                          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j * stride + d))), a);
+    _mm256_storeu_ps(acc + d, a);
+  }
+  for (; d < dim; ++d)
+    for (int64_t j = 0; j < n; ++j) acc[d] = std::fma(p[j], h2f(v[j * stride + d]), acc[d]);
+}
+
 DF_AVX2 void mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
   const __m256 vv = _mm256_set1_ps(v);
   int64_t i = 0;
@@ -485,6 +531,8 @@ const Kernels* avx2_kernels() {
       .swiglu = swiglu,
       .silu = silu,
       .mad_f32 = mad_f32,
+      .tile_scores_f16 = tile_scores_f16,
+      .tile_accumulate_f16 = tile_accumulate_f16,
       .mad_f16 = mad_f16,
       .scale_f16 = scale_f16,
   };

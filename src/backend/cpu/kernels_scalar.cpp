@@ -261,6 +261,19 @@ void mad_f32(int64_t n, float* y, const float* x, float v) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
 }
 
+void tile_scores_f16(int64_t n, int64_t dim, const uint16_t* k, int64_t stride, const float* q, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    float s = 0.0f;
+    for (int64_t d = 0; d < dim; ++d) s = std::fma(f16_to_f32(k[j * stride + d]), q[d], s);
+    out[j] = s;
+  }
+}
+
+void tile_accumulate_f16(int64_t n, int64_t dim, const uint16_t* v, int64_t stride, const float* p, float* acc) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t d = 0; d < dim; ++d) acc[d] = std::fma(p[j], f16_to_f32(v[j * stride + d]), acc[d]);
+}
+
 void mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(std::fma(f16_to_f32(x[i]), v, f16_to_f32(y[i])));
 }
@@ -306,6 +319,8 @@ const Kernels& scalar_kernels() {
       .swiglu = swiglu,
       .silu = silu,
       .mad_f32 = mad_f32,
+      .tile_scores_f16 = tile_scores_f16,
+      .tile_accumulate_f16 = tile_accumulate_f16,
       .mad_f16 = mad_f16,
       .scale_f16 = scale_f16,
   };

@@ -316,27 +316,23 @@ void attend_f16(const Kernels& k, const AttentionArgs& a, const uint16_t* q16, i
 // multiply-add per dimension, in order), scaled; the tile's maximum rescales the f32 accumulator and the sum
 // (libm's expf); the tile's exponentials (exp_approx, masked keys 0) are summed 8 at a time in float, the 8 sums in
 // double, added to the float sum; the values join the accumulator one fused multiply-add per key, in order.
-void attend_tiled(const AttentionArgs& a, int64_t t, int h, float* out) {
+void attend_tiled(const Kernels& k, const AttentionArgs& a, int64_t t, int h, float* out) {
   constexpr int64_t kKeyTile = 64;
   const int g = h / (a.n_head / a.n_head_kv);
   const int64_t kv_k = int64_t(a.n_head_kv) * a.head_dim_k, kv_v = int64_t(a.n_head_kv) * a.head_dim_v;
   const float* q = a.q + (t * a.n_head + h) * a.head_dim_k;
   const int64_t last = a.pos0 + t, first = first_key(a, last);
-  float acc[1024], kf[1024], p[kKeyTile];
+  float acc[1024], p[kKeyTile];
   std::fill_n(acc, a.head_dim_v, 0.0f);
   float m = -INFINITY, s_sum = 0.0f;
   for (int64_t c0 = first / kKeyTile * kKeyTile; c0 <= last; c0 += kKeyTile) {
     const int64_t j0 = std::max(c0, first), j1 = std::min(c0 + kKeyTile, last + 1);
     float tile_max = -INFINITY;
     std::fill_n(p, kKeyTile, -INFINITY);
+    k.tile_scores_f16(j1 - j0, a.head_dim_k, a.k + j0 * kv_k + int64_t(g) * a.head_dim_k, kv_k, q, p + (j0 - c0));
     for (int64_t j = j0; j < j1; ++j) {
-      const uint16_t* kr = a.k + j * kv_k + int64_t(g) * a.head_dim_k;
-      for (int d = 0; d < a.head_dim_k; ++d) kf[d] = f16_to_f32(kr[d]);
-      float sc = 0.0f;
-      for (int d = 0; d < a.head_dim_k; ++d) sc = std::fma(kf[d], q[d], sc);
-      sc *= a.scale;
-      p[j - c0] = sc;
-      tile_max = std::max(tile_max, sc);
+      p[j - c0] *= a.scale;
+      tile_max = std::max(tile_max, p[j - c0]);
     }
     const float m_new = std::max(m, tile_max);
     if (m_new > m) {
@@ -351,11 +347,7 @@ void attend_tiled(const AttentionArgs& a, int64_t t, int h, float* out) {
       sum += double(lanes8_sum(p + i));
     }
     s_sum = float(double(s_sum) + sum);
-    for (int64_t j = j0; j < j1; ++j) {
-      const uint16_t* vr = a.v + j * kv_v + int64_t(g) * a.head_dim_v;
-      const float pj = p[j - c0];
-      for (int d = 0; d < a.head_dim_v; ++d) acc[d] = std::fma(pj, f16_to_f32(vr[d]), acc[d]);
-    }
+    k.tile_accumulate_f16(j1 - j0, a.head_dim_v, a.v + j0 * kv_v + int64_t(g) * a.head_dim_v, kv_v, p + (j0 - c0), acc);
   }
   const float inv = s_sum == 0.0f ? 0.0f : 1.0f / s_sum;
   for (int d = 0; d < a.head_dim_v; ++d) out[d] = acc[d] * inv;
@@ -373,7 +365,7 @@ void attention(Context& ctx, const AttentionArgs& a) {
     ctx.parallel(a.n_tok * a.n_head, [&](int64_t task) {
       const int64_t t = task / a.n_head;
       const int h = int(task % a.n_head);
-      attend_tiled(a, t, h, a.out + (t * a.n_head + h) * a.head_dim_v);
+      attend_tiled(k, a, t, h, a.out + (t * a.n_head + h) * a.head_dim_v);
     });
     return;
   }

@@ -94,6 +94,13 @@ struct Kernels {
   // y[i] = fma(x[i], v, y[i]) (ggml_vec_mad_f32): the delta rule's rank-one updates of its state.
   void (*mad_f32)(int64_t n, float* y, const float* x, float v);
 
+  // The tiled attention of batches (llama.cpp's kernel for 64 queries or more), f32 throughout: scores of n keys (key j
+  // at k + j * stride), out[j] = the fused multiply-adds of f32(k_j[d]) * q[d] for d in order from 0; and the
+  // weighted values, acc[d] = fma(p[j], f32(v_j[d]), acc[d]) for j in order. The SIMD tables keep each key's or each
+  // element's chain in a lane of its own.
+  void (*tile_scores_f16)(int64_t n, int64_t dim, const uint16_t* k, int64_t stride, const float* q, float* out);
+  void (*tile_accumulate_f16)(int64_t n, int64_t dim, const uint16_t* v, int64_t stride, const float* p, float* acc);
+
   // Half-precision accumulators of attention: y[i] = f16(fma(x[i], v, y[i])) and y[i] = f16(y[i] * v).
   void (*mad_f16)(int64_t n, uint16_t* y, const uint16_t* x, float v);
   void (*scale_f16)(int64_t n, uint16_t* y, float v);
