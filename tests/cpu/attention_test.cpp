@@ -10,17 +10,12 @@
 #include "diskformer/backend/cpu/numeric.h"
 #include "diskformer/backend/cpu/ops.h"
 #include "diskformer/backend/cpu/thread_pool.h"
+#include "support/random.h"
 
 namespace df::cpu {
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 struct Cache {
   int H = 4, Hkv = 2, D = 32;

@@ -12,6 +12,7 @@
 #include "diskformer/backend/cpu/kernels.h"
 #include "diskformer/backend/cpu/ops.h"
 #include "diskformer/backend/cpu/thread_pool.h"
+#include "support/random.h"
 
 namespace df::cpu {
 namespace {
@@ -23,13 +24,7 @@ std::vector<const Kernels*> simd_tables() {
   return out;
 }
 
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 std::vector<BlockQ4_0> random_q4_0(size_t blocks, uint64_t seed) {
   std::mt19937_64 rng(seed);
