@@ -20,6 +20,30 @@ Status check_batch(const model::ModelSpec& s, std::span<const int32_t> tokens, c
   return {};
 }
 
+void rope_cache_attend(Context& ctx, const model::ModelSpec& s, KvCache& kv, uint32_t il, int64_t n, float* q,
+                       float* k, const float* v, float* attn) {
+  const int hk = int(s.head_dim_k), hv = int(s.head_dim_v);
+  const int64_t qd = s.q_dim(), kd = s.kv_dim_k(), vd = s.kv_dim_v();
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t pos = kv.n_past + t;
+    rope(q + t * qd, int(s.n_head), hk, int(s.n_rot), pos, s.rope_base, s.rope_style);
+    rope(k + t * kd, int(s.n_head_kv), hk, int(s.n_rot), pos, s.rope_base, s.rope_style);
+    ctx.kernels->to_f16(k + t * kd, kv.k_at(il, uint32_t(pos)), kd);
+    ctx.kernels->to_f16(v + t * vd, kv.v_at(il, uint32_t(pos)), vd);
+  }
+  attention(ctx, {.q = q,
+                  .k = kv.k_at(il, 0),
+                  .v = kv.v_at(il, 0),
+                  .out = attn,
+                  .n_head = int(s.n_head),
+                  .n_head_kv = int(s.n_head_kv),
+                  .head_dim_k = hk,
+                  .head_dim_v = hv,
+                  .pos0 = kv.n_past,
+                  .n_tok = n,
+                  .scale = 1.0f / std::sqrt(float(hk))});
+}
+
 Result<const model::LayerWeights*> dense_layer(const ForwardWeights& w, uint32_t il, uint32_t n_layer,
                                                cache::Pins& pin, model::LayerWeights& streamed) {
   if (!w.layers.empty()) return &w.layers[il];
@@ -90,7 +114,7 @@ void Forward::guess_experts(uint32_t next) {
 }
 
 Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv) {
-  const int hk = int(s_.head_dim_k), hv = int(s_.head_dim_v);
+  const int hv = int(s_.head_dim_v);
   const int64_t qd = s_.q_dim(), kd = s_.kv_dim_k(), vd = s_.kv_dim_v();
   ensure_size(b_.q, n * qd);
   ensure_size(b_.k, n * kd);
@@ -100,32 +124,17 @@ Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int6
                            {&lw.wk, b_.xn.data(), n, b_.k.data(), one_row_},
                            {&lw.wv, b_.xn.data(), n, b_.v.data(), one_row_}};
   matmul_many(ctx_, qkv);
-  for (int64_t t = 0; t < n; ++t) {
-    float* q = b_.q.data() + t * qd;
-    float* k = b_.k.data() + t * kd;
-    if (s_.qk_norm) {
-      for (uint32_t h = 0; h < s_.n_head; ++h) rms_norm(q + h * hk, lw.q_norm.f32(), hk, s_.norm_eps, q + h * hk);
-      for (uint32_t h = 0; h < s_.n_head_kv; ++h) rms_norm(k + h * hk, lw.k_norm.f32(), hk, s_.norm_eps, k + h * hk);
-    }
-    const int64_t pos = kv.n_past + t;
-    rope(q, int(s_.n_head), hk, int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
-    rope(k, int(s_.n_head_kv), hk, int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
-    ctx_.kernels->to_f16(k, kv.k_at(il, uint32_t(pos)), kd);
-    ctx_.kernels->to_f16(b_.v.data() + t * vd, kv.v_at(il, uint32_t(pos)), vd);
-  }
-  attention(ctx_, {.q = b_.q.data(),
-                   .k = kv.k_at(il, 0),
-                   .v = kv.v_at(il, 0),
-                   .out = b_.attn.data(),
-                   .n_head = int(s_.n_head),
-                   .n_head_kv = int(s_.n_head_kv),
-                   .head_dim_k = hk,
-                   .head_dim_v = hv,
-                   .pos0 = kv.n_past,
-                   .n_tok = n,
-                   .scale = 1.0f / std::sqrt(float(hk))});
+  for (int64_t t = 0; t < n; ++t) qk_norm(lw, b_.q.data() + t * qd, b_.k.data() + t * kd);
+  rope_cache_attend(ctx_, s_, kv, il, n, b_.q.data(), b_.k.data(), b_.v.data(), b_.attn.data());
   matmul(lw.wo, b_.attn.data(), n, b_.proj.data());
   return {};
+}
+
+void Forward::qk_norm(const model::LayerWeights& lw, float* q, float* k) const {
+  if (!s_.qk_norm) return;
+  const int hk = int(s_.head_dim_k);
+  for (uint32_t h = 0; h < s_.n_head; ++h) rms_norm(q + h * hk, lw.q_norm.f32(), hk, s_.norm_eps, q + h * hk);
+  for (uint32_t h = 0; h < s_.n_head_kv; ++h) rms_norm(k + h * hk, lw.k_norm.f32(), hk, s_.norm_eps, k + h * hk);
 }
 
 void Forward::dense_ffn(const model::LayerWeights& lw, int64_t n) {

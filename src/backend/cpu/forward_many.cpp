@@ -62,7 +62,7 @@ Status Forward::run_many(std::span<const int32_t> tokens, std::span<KvCache* con
 
 void Forward::attention_many(const model::LayerWeights& lw, uint32_t il, std::span<KvCache* const> kvs) {
   const int64_t n = int64_t(kvs.size());
-  const int hk = int(s_.head_dim_k), hv = int(s_.head_dim_v);
+  const int hv = int(s_.head_dim_v);
   const int64_t qd = s_.q_dim(), kd = s_.kv_dim_k(), vd = s_.kv_dim_v(), ad = int64_t(s_.n_head) * hv;
   ensure_size(b_.q, n * qd);
   ensure_size(b_.k, n * kd);
@@ -72,33 +72,11 @@ void Forward::attention_many(const model::LayerWeights& lw, uint32_t il, std::sp
                            {&lw.wk, b_.xn.data(), n, b_.k.data(), true},
                            {&lw.wv, b_.xn.data(), n, b_.v.data(), true}};
   matmul_many(ctx_, qkv);
+  // Each row is one position of its own sequence.
   for (int64_t t = 0; t < n; ++t) {
-    KvCache& kv = *kvs[t];
-    float* q = b_.q.data() + t * qd;
-    float* k = b_.k.data() + t * kd;
-    if (s_.qk_norm) {
-      for (uint32_t h = 0; h < s_.n_head; ++h) rms_norm(q + h * hk, lw.q_norm.f32(), hk, s_.norm_eps, q + h * hk);
-      for (uint32_t h = 0; h < s_.n_head_kv; ++h) rms_norm(k + h * hk, lw.k_norm.f32(), hk, s_.norm_eps, k + h * hk);
-    }
-    const int64_t pos = kv.n_past;
-    rope(q, int(s_.n_head), hk, int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
-    rope(k, int(s_.n_head_kv), hk, int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
-    ctx_.kernels->to_f16(k, kv.k_at(il, uint32_t(pos)), kd);
-    ctx_.kernels->to_f16(b_.v.data() + t * vd, kv.v_at(il, uint32_t(pos)), vd);
-  }
-  for (int64_t t = 0; t < n; ++t) {
-    KvCache& kv = *kvs[t];
-    attention(ctx_, {.q = b_.q.data() + t * qd,
-                     .k = kv.k_at(il, 0),
-                     .v = kv.v_at(il, 0),
-                     .out = b_.attn.data() + t * ad,
-                     .n_head = int(s_.n_head),
-                     .n_head_kv = int(s_.n_head_kv),
-                     .head_dim_k = hk,
-                     .head_dim_v = hv,
-                     .pos0 = kv.n_past,
-                     .n_tok = 1,
-                     .scale = 1.0f / std::sqrt(float(hk))});
+    qk_norm(lw, b_.q.data() + t * qd, b_.k.data() + t * kd);
+    rope_cache_attend(ctx_, s_, *kvs[t], il, 1, b_.q.data() + t * qd, b_.k.data() + t * kd, b_.v.data() + t * vd,
+                      b_.attn.data() + t * ad);
   }
   matmul(lw.wo, b_.attn.data(), n, b_.proj.data());
 }

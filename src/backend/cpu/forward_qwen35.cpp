@@ -156,23 +156,8 @@ void HybridForward::attention_block(const model::LayerWeights& lw, uint32_t il, 
       std::copy_n(qg + D, D, b_.gate.data() + t * qd + h * D);
     }
     for (uint32_t h = 0; h < s_.n_head_kv; ++h) rms_norm(k + h * D, lw.k_norm.f32(), D, s_.norm_eps, k + h * D);
-    const int64_t pos = kv.n_past + t;
-    rope(q, int(H), int(D), int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
-    rope(k, int(s_.n_head_kv), int(D), int(s_.n_rot), pos, s_.rope_base, s_.rope_style);
-    ctx_.kernels->to_f16(k, kv.k_at(il, uint32_t(pos)), kd);
-    ctx_.kernels->to_f16(b_.v.data() + t * vd, kv.v_at(il, uint32_t(pos)), vd);
   }
-  attention(ctx_, {.q = b_.q.data(),
-                   .k = kv.k_at(il, 0),
-                   .v = kv.v_at(il, 0),
-                   .out = b_.attn.data(),
-                   .n_head = int(H),
-                   .n_head_kv = int(s_.n_head_kv),
-                   .head_dim_k = int(D),
-                   .head_dim_v = int(s_.head_dim_v),
-                   .pos0 = kv.n_past,
-                   .n_tok = n,
-                   .scale = 1.0f / std::sqrt(float(D))});
+  rope_cache_attend(ctx_, s_, kv, il, n, b_.q.data(), b_.k.data(), b_.v.data(), b_.attn.data());
   for (int64_t i = 0; i < n * qd; ++i) b_.attn[i] *= sigmoid(b_.gate[i]);
   matmul(lw.wo, b_.attn.data(), n, b_.proj.data());
 }

@@ -64,6 +64,13 @@ Status check_batch(const model::ModelSpec& s, std::span<const int32_t> tokens, c
 Result<const model::LayerWeights*> dense_layer(const ForwardWeights& w, uint32_t il, uint32_t n_layer,
                                                cache::Pins& pin, model::LayerWeights& streamed);
 
+// Layer il's attention over one sequence's cache for n new positions from kv.n_past: q [n][q_dim] and k
+// [n][kv_dim_k] (normed already where the family norms them) take RoPE, k and v [n][kv_dim_v] go into the cache as
+// halves, and the n queries attend over it into attn [n][n_head * head_dim_v]. The llama/qwen3 families, qwen35moe's
+// gated layers and each sequence of a batched decode step (n = 1) share it.
+void rope_cache_attend(Context& ctx, const model::ModelSpec& s, KvCache& kv, uint32_t il, int64_t n, float* q,
+                       float* k, const float* v, float* attn);
+
 // A family's forward pass, as the engine drives it: Forward (llama, qwen3, qwen3moe) or Gemma4Forward.
 class ForwardPass {
  public:
@@ -99,6 +106,8 @@ class Forward final : public ForwardPass {
 
  private:
   Status attention_block(const model::LayerWeights& lw, uint32_t il, int64_t n, KvCache& kv);
+  // qwen3's per-head RMS norms of one position's q and k rows (nothing for the families without them).
+  void qk_norm(const model::LayerWeights& lw, float* q, float* k) const;
   // Row t of the batch attends over kvs[t] alone (run_many).
   void attention_many(const model::LayerWeights& lw, uint32_t il, std::span<KvCache* const> kvs);
   void dense_ffn(const model::LayerWeights& lw, int64_t n);
