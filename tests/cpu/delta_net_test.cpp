@@ -11,15 +11,14 @@
 #include "diskformer/backend/cpu/delta_net.h"
 #include "diskformer/backend/cpu/thread_pool.h"
 #include "support/random.h"
+#include "support/compare.h"
 
 namespace df::cpu {
 namespace {
 
 using test::randn;
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::same_bits;
 
 TEST(DeltaNetOps, ElementwiseFunctionsAsGgml) {
   EXPECT_EQ(softplus(25.0f), 25.0f);  // passed through above 20

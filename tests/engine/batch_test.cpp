@@ -11,16 +11,13 @@
 #include "model/gold.h"
 #include "support/sessions.h"
 #include "support/test_paths.h"
+#include "support/compare.h"
 
 namespace df::test {
 namespace {
 
 using engine::Model;
 using engine::Session;
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Prompts of different lengths (so the sequences sit at different positions), one of them batched in 64+ tokens;
 // ids below 8,192 (the K-quant files keep that much of their vocabulary).

@@ -19,6 +19,7 @@
 #include "support/cli_run.h"
 #include "support/sessions.h"
 #include "support/test_paths.h"
+#include "support/compare.h"
 
 namespace df::test {
 namespace {
@@ -29,10 +30,6 @@ using engine::Session;
 constexpr const char* kModel = "models/qwen35moe-q8_0.gguf";
 
 std::vector<float> logits_of(Session& s) { return {s.logits().begin(), s.logits().end()}; }
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Greedy decode of n tokens, one eval each (the last one is not fed back).
 std::vector<int32_t> decode(Session& s, int n) {

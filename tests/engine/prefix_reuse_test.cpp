@@ -9,16 +9,13 @@
 #include "diskformer/sampling/sampler.h"
 #include "support/sessions.h"
 #include "support/test_paths.h"
+#include "support/compare.h"
 
 namespace df::test {
 namespace {
 
 using engine::Model;
 using engine::Session;
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 using engine::EvalSpan;
 using engine::plan_prefix;
