@@ -15,22 +15,12 @@
 #include "diskformer/engine/session.h"
 #include "diskformer/tokenizer/tokenizer.h"
 #include "model/gold.h"
-#include "support/cli_run.h"
+#include "support/cases.h"
 #include "support/sessions.h"
 #include "support/test_paths.h"
 
 namespace df::test {
 namespace {
-
-std::filesystem::path cases_dir() { return std::filesystem::path(DF_SOURCE_DIR) / "tests/data/cases"; }
-
-std::vector<std::string> case_files() {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(cases_dir()))
-    if (e.path().extension() == ".json") out.push_back(e.path().stem().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // The prompt, then n greedy tokens with every end-of-generation token banned (llama.cpp's --ignore-eos).
 std::vector<int32_t> greedy_ignore_eos(engine::Session& s, const tokenizer::Tokenizer& tok,
@@ -52,21 +42,10 @@ std::vector<int32_t> greedy_ignore_eos(engine::Session& s, const tokenizer::Toke
 class LlamaCases : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LlamaCases, GreedyMatchesLlamaCpp) {
-  std::ifstream in(cases_dir() / (GetParam() + ".json"));
-  const nlohmann::json doc = nlohmann::json::parse(in);
-  const auto& m = doc["model"];
-  std::string model_path;
-  if (m.contains("shared")) {
-    DF_REQUIRE_SHARED(p, m["shared"].get<std::string>());
-    model_path = p.string();
-  } else {
-    DF_REQUIRE_SHARED(tok_from, m["tokenizer_from"].get<std::string>());
-    model_path = (temp_dir("cases_" + GetParam()) / "model.gguf").string();
-    std::string args = "synth";
-    for (const auto& a : m["synth"]) args.append(" ").append(a.get<std::string>());
-    const CliRun r = run_cli_capture(args + " --tokenizer-from " + tok_from.string() + " --quiet -o " + model_path);
-    ASSERT_EQ(r.status, 0) << r.err;
-  }
+  const nlohmann::json doc = read_case_file(GetParam());
+  DF_REQUIRE_SHARED(shared, case_shared_file(doc));
+  const std::string model_path = case_model_path(doc, GetParam(), shared);
+  ASSERT_FALSE(model_path.empty());
   // llama.cpp's thread count: its decode over 512 cells or more splits them into one chunk per thread.
   auto model = engine::Model::open(model_path, {.n_ctx = doc["n_ctx"].get<uint32_t>(), .threads = doc["threads"]});
   ASSERT_TRUE(model.ok()) << model.error().message;
@@ -94,13 +73,7 @@ TEST_P(LlamaCases, GreedyMatchesLlamaCpp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, LlamaCases, ::testing::ValuesIn(case_files()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Cases, LlamaCases, ::testing::ValuesIn(case_files()), case_test_name);
 
 }  // namespace
 }  // namespace df::test
