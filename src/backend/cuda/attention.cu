@@ -19,6 +19,7 @@
 #include <climits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
@@ -69,6 +70,8 @@ struct SplitParams {
 // grid (n_split, n_head_kv * n_hsub, n_tok). Thread tid owns value dims tid and tid + 128 of every head it serves;
 // while scoring, warp w owns heads w, w + 4, w + 8, w + 12 and lane j position j of the tile.
 __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
+  dev::allow_next();
+  dev::wait_prior();
   const int c = blockIdx.x;
   const int g = blockIdx.y / p.n_hsub, hs = blockIdx.y % p.n_hsub;
   const int64_t t = blockIdx.z;
@@ -91,8 +94,26 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
   __shared__ float alpha_sh[kHeadsPerBlock], m_sh[kHeadsPerBlock], l_sh[kHeadsPerBlock];
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const float* qrow = p.q + (t * p.n_head + h0) * hk;  // the block's heads are consecutive rows of q
-  for (int i = tid; i < nh * hk; i += kThreads) q_sh[i] = dev::f32_to_f16(qrow[i]);
+  // The block's heads are consecutive rows of q, 16-byte aligned (hk is a multiple of 8). A thread's quads are all
+  // loaded before any is stored: one round trip to the L2, not one per quad (which took most of a decode step's
+  // attention time).
+  const float4* qrow = reinterpret_cast<const float4*>(p.q + (t * p.n_head + h0) * hk);
+  constexpr int kQuads = kHeadsPerBlock * kMaxHead / 4 / kThreads;
+  float4 qv[kQuads];
+  const int n_quads = nh * hk / 4;
+#pragma unroll
+  for (int u = 0; u < kQuads; ++u)
+    if (tid + u * kThreads < n_quads) qv[u] = qrow[tid + u * kThreads];
+#pragma unroll
+  for (int u = 0; u < kQuads; ++u) {
+    const int i = tid + u * kThreads;
+    if (i < n_quads) {
+      uint2 h;
+      h.x = uint32_t(dev::f32_to_f16(qv[u].x)) | (uint32_t(dev::f32_to_f16(qv[u].y)) << 16);
+      h.y = uint32_t(dev::f32_to_f16(qv[u].z)) | (uint32_t(dev::f32_to_f16(qv[u].w)) << 16);
+      *reinterpret_cast<uint2*>(q_sh + 4 * i) = h;
+    }
+  }
 
   constexpr int kWarpHeads = kHeadsPerBlock / 4;
   float m_r[kWarpHeads], l_r[kWarpHeads];
@@ -194,6 +215,8 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
 __global__ void __launch_bounds__(kThreads) merge_kernel(const float* __restrict__ work, float* __restrict__ out,
                                                          const int32_t* __restrict__ pos, int n_head, int hv,
                                                          int n_split) {
+  dev::allow_next();
+  dev::wait_prior();
   const int h = blockIdx.x;
   const int64_t t = blockIdx.y, row = t * n_head + h;
   const int parts = parts_of(int64_t(pos[t]) + 1, n_split);  // >= 1: the split kernel trapped on pos < 0
@@ -402,13 +425,6 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const MmaParams p) {
   }
 }
 
-int sm_count() {
-  int dev = 0, n = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
-
 // Parts per sequence the workspace allows for a batch of n_tok over a cache of n_ctx positions.
 int split_cap(int64_t n_tok, int64_t n_ctx) {
   if (n_tok > kMaxSlots) return 1;
@@ -462,15 +478,12 @@ void attention(const AttentionArgs& a) {
   DF_CHECK(int64_t(a.n_head_kv) * n_hsub <= 65535);
   const SplitParams p{a.q,          a.k,         a.v,          a.out,   a.work, a.pos,  a.n_head,
                       a.n_head_kv, a.head_dim_k, a.head_dim_v, n_split, n_hsub, a.scale};
-  split_kernel<<<dim3(unsigned(n_split), unsigned(a.n_head_kv * n_hsub), unsigned(a.n_tok)), kThreads, 0,
-                 a.stream>>>(p);
-  DF_CUDA_CHECK_LAUNCH();
-  if (n_split > 1) {
-    merge_kernel<<<dim3(unsigned(a.n_head), unsigned(a.n_tok)), kThreads, 0, a.stream>>>(a.work, a.out, a.pos,
-                                                                                          a.n_head, a.head_dim_v,
-                                                                                          n_split);
-    DF_CUDA_CHECK_LAUNCH();
-  }
+  launch_early(split_kernel, dim3(unsigned(n_split), unsigned(a.n_head_kv * n_hsub), unsigned(a.n_tok)), kThreads, 0,
+               a.stream, p);
+  if (n_split > 1)
+    launch_early(merge_kernel, dim3(unsigned(a.n_head), unsigned(a.n_tok)), kThreads, 0, a.stream,
+                 static_cast<const float*>(a.work), a.out, static_cast<const int32_t*>(a.pos), a.n_head, a.head_dim_v,
+                 n_split);
 }
 
 }  // namespace df::cuda

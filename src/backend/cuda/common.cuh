@@ -44,4 +44,21 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90 and later; no-ops before). A kernel started by launch_early() may run while
+// the kernel before it in the stream still does: its blocks are placed and can load what no kernel writes (weights)
+// meanwhile, which hides the launch gap and the first loads' latency, the larger part of a small decode kernel's
+// time. wait_prior() returns once the kernel before has finished and its writes are visible; a kernel launched early
+// calls it before it reads anything an earlier kernel wrote and before it writes anything at all. allow_next() lets
+// the next kernel's blocks start once every block of this one has called it (or exited).
+__device__ __forceinline__ void wait_prior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace df::cuda::dev

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kquant.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/rms.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
@@ -60,12 +61,7 @@ bool rows_stageable(const model::Mat& w) {
 }
 
 // The most dynamic shared memory one block of the current device may take.
-uint64_t smem_limit() {
-  int dev = 0, v = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return uint64_t(v);
-}
+uint64_t smem_limit() { return uint64_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
 
 // Kernels past the default 48 KiB of dynamic shared memory must say so (allowed during graph capture: no stream op).
 template <typename Kernel>
@@ -283,49 +279,72 @@ struct MvParams {
   const uint8_t* x_q8;
   const float* x;
   int nt;
+  int64_t n_tiles;  // of all parts
 };
 
-// grid: the parts' tiles of kMvRows rows, in part order; warp w takes row w of the tile. Shared memory: the
-// activations, nt * act_bytes(cols).
+// grid: at most the blocks the GPU holds at once; block b takes tiles b, b + gridDim.x, ... of kMvRows rows (the
+// parts' tiles in part order), warp w row w of each, so that the activations are staged once per block and a wide
+// matrix (the output head: 19,000 tiles) is not a stream of short blocks that each stage them again. Shared memory:
+// the activations, nt * act_bytes(cols).
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kMvWarps * 32, T == GgmlType::Q4_0 && NT == 1 ? 4 : 2)
     decode_matvec_kernel(const __grid_constant__ MvParams p) {
+  dev::allow_next();
   extern __shared__ __align__(16) int s_act[];
-  const int64_t tile = blockIdx.x;
-  const int pi = p.n_parts > 2 && tile >= p.part[2].first_tile ? 2 : p.n_parts > 1 && tile >= p.part[1].first_tile;
-  const MvPart& m = p.part[pi];
   const int nb = int(p.cols / dev::kQK);
   const int act_words = nb * kActWords;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t r = (tile - m.first_tile) * kMvRows + warp;
-  const bool live = r < m.rows;  // the whole warp
-  const uint8_t* rows[1] = {m.w + (live ? r : 0) * m.row_bytes};
   const int* acts[1] = {s_act};
-  constexpr int kU = 2;
+  // Rows of up to 4 x 32 blocks (4,096 columns) in one step: all of a lane's weight loads go out at once (the first
+  // tile's before the previous kernel has finished: launch_early), and the row waits for memory once.
+  constexpr int kU = 4;
   RowsStep<T, 1, kU> st;
-  if (live) load_step<T, 1, kU>(st, rows, 1, nb, lane);
+  const MvPart* m = nullptr;
+  int64_t r = 0;
+  bool live = false;
+  const uint8_t* rows[1] = {nullptr};
+  auto start = [&](int64_t tile) {
+    const int pi = p.n_parts > 2 && tile >= p.part[2].first_tile ? 2 : p.n_parts > 1 && tile >= p.part[1].first_tile;
+    m = &p.part[pi];
+    r = (tile - m->first_tile) * kMvRows + warp;
+    live = r < m->rows;  // the whole warp
+    rows[0] = m->w + (live ? r : 0) * m->row_bytes;
+    if (live) load_step<T, 1, kU>(st, rows, 1, nb, lane);
+  };
+  start(blockIdx.x);
+  dev::wait_prior();
   if (p.x_q8 != nullptr) stage_act(s_act, p.x_q8, int64_t(p.nt) * nb);
   else quantize_act(s_act, p.x, int64_t(p.nt) * nb);
-  __syncthreads();
-  if (!live) return;  // no barrier follows
-  float acc[1][NT] = {};
-  rows_dots<T, 1, kU, NT, true>(st, rows, acts, 1, nb, act_words, p.nt, lane, acc);
+  __syncthreads();  // the last barrier: the warps go through the tiles on their own
+  for (int64_t tile = blockIdx.x;;) {
+    if (live) {
+      float acc[1][NT] = {};
+      rows_dots<T, 1, kU, NT, true>(st, rows, acts, 1, nb, act_words, p.nt, lane, acc);
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const float s = dev::warp_sum(acc[0][j]);
-    if (lane == 0 && j < p.nt) {
-      const int64_t idx = j * m.rows + r;
-      m.y[idx] = m.residual != nullptr ? __fadd_rn(m.residual[idx], s) : s;
+      for (int j = 0; j < NT; ++j) {
+        const float s = dev::warp_sum(acc[0][j]);
+        if (lane == 0 && j < p.nt) {
+          const int64_t idx = j * m->rows + r;
+          m->y[idx] = m->residual != nullptr ? __fadd_rn(m->residual[idx], s) : s;
+        }
+      }
     }
+    tile += gridDim.x;
+    if (tile >= p.n_tiles) break;
+    start(tile);
   }
 }
 
 uint64_t matvec_smem(const model::Mat& w, int64_t n_tok) { return uint64_t(n_tok) * act_bytes(w.cols); }
 
 template <GgmlType T, int NT>
-void launch_matvec(const MvParams& p, int64_t tiles, uint64_t smem, cudaStream_t stream) {
-  allow_smem(decode_matvec_kernel<T, NT>, smem);
-  decode_matvec_kernel<T, NT><<<unsigned(tiles), kMvWarps * 32, smem, stream>>>(p);
+void launch_matvec(const MvParams& p, uint64_t smem, cudaStream_t stream) {
+  auto* kernel = decode_matvec_kernel<T, NT>;
+  allow_smem(kernel, smem);
+  int per_sm = 0;
+  DF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMvWarps * 32, smem));
+  const int64_t blocks = std::min<int64_t>(p.n_tiles, int64_t(std::max(per_sm, 1)) * sm_count());
+  launch_early(kernel, dim3(unsigned(blocks)), dim3(kMvWarps * 32), smem, stream, p);
 }
 
 // ---- rms_norm_q8
@@ -339,6 +358,8 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_q8_kernel(const float* 
                                                                    const float* __restrict__ weight,
                                                                    float* __restrict__ y, uint8_t* __restrict__ yq,
                                                                    int64_t cols, float eps) {
+  dev::allow_next();
+  dev::wait_prior();
   const float* xr = x + int64_t(blockIdx.x) * cols;
   float* yr = y != nullptr ? y + int64_t(blockIdx.x) * cols : nullptr;
   uint8_t* yqr = yq + int64_t(blockIdx.x) * (cols / dev::kQK) * dev::kQ8Bytes;
@@ -352,7 +373,9 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_q8_kernel(const float* 
     }
   };
   load(0);
-  const float scale = dev::block_rms_scale<kNormThreads>(xr, cols, eps);
+  // Rows of up to kNormPer * kNormThreads (2,048) columns are in registers already: no second round trip.
+  const float scale = cols <= int64_t(kNormPer) * kNormThreads ? dev::block_rms_scale<kNormThreads>(xv, cols, eps)
+                                                                 : dev::block_rms_scale<kNormThreads>(xr, cols, eps);
   for (int64_t i0 = 0; i0 < cols; i0 += int64_t(kNormPer) * kNormThreads) {
     if (i0 > 0) load(i0);
 #pragma unroll
@@ -376,6 +399,8 @@ __global__ void __launch_bounds__(kNormThreads)
                               int n_head, int n_head_kv, int hk, int hv, int n_rot, int64_t n_tok,
                               const int32_t* __restrict__ pos, const float* __restrict__ table, int64_t n_pos,
                               bool neox, uint16_t* __restrict__ kc, uint16_t* __restrict__ vc, int64_t n_ctx) {
+  dev::allow_next();
+  dev::wait_prior();
   __shared__ float s[kMaxHeadDim];
   const int h = blockIdx.x;
   const int64_t dim_k = int64_t(n_head_kv) * hk, dim_v = int64_t(n_head_kv) * hv;
@@ -434,6 +459,8 @@ __global__ void __launch_bounds__(kGuWarps * 32, T == GgmlType::Q4_0 ? 2 : 1)  /
                        uint64_t u_stride, uint64_t row_bytes, int64_t cols, int64_t n_ff, int32_t n_expert,
                        const int32_t* __restrict__ ids, int n_used, const uint8_t* __restrict__ x_q8,
                        float* __restrict__ act, uint8_t* __restrict__ act_q8) {
+  dev::allow_next();
+  dev::wait_prior();  // the ids are the router's
   extern __shared__ __align__(16) int s_act[];
   const int64_t v = blockIdx.y, t = v / n_used;
   const int32_t e = ids[v];
@@ -485,6 +512,8 @@ __global__ void __launch_bounds__(kDnWarps * 32)
     moe_down_kernel(const uint8_t* __restrict__ dw, uint64_t stride, uint64_t row_bytes, int64_t rows, int64_t cols,
                     int32_t n_expert, const int32_t* __restrict__ ids, const float* __restrict__ wts, int n_used,
                     const uint8_t* __restrict__ act_q8, const float* x, float* out) {
+  dev::allow_next();
+  dev::wait_prior();
   extern __shared__ __align__(16) int s_act[];
   const int64_t t = blockIdx.y;
   const int nb = int(cols / dev::kQK);
@@ -567,13 +596,12 @@ void decode_matvec(const DecodeMatvecArgs& a) {
     tiles += (pt.w.rows + kMvRows - 1) / kMvRows;
     smem = std::max(smem, matvec_smem(pt.w, a.n_tok));
   }
-  DF_CHECK(tiles <= 0x7fffffff);
+  p.n_tiles = tiles;
   const bool one = a.n_tok == 1;
   by_type(w0.type, [&](auto tc) {
     constexpr GgmlType T = decltype(tc)::value;
-    one ? launch_matvec<T, 1>(p, tiles, smem, a.stream) : launch_matvec<T, kDecodeMaxTok>(p, tiles, smem, a.stream);
+    one ? launch_matvec<T, 1>(p, smem, a.stream) : launch_matvec<T, kDecodeMaxTok>(p, smem, a.stream);
   });
-  DF_CUDA_CHECK_LAUNCH();
 }
 
 void rms_norm_q8(const RmsNormQ8Args& a) {
@@ -581,8 +609,8 @@ void rms_norm_q8(const RmsNormQ8Args& a) {
   DF_CHECK(static_cast<const void*>(a.x) != static_cast<const void*>(a.y));
   DF_CHECK(a.n_rows >= 0 && a.n_rows <= 0x7fffffff && a.cols > 0 && a.cols % dev::kQK == 0);
   if (a.n_rows == 0) return;
-  rms_norm_q8_kernel<<<unsigned(a.n_rows), kNormThreads, 0, a.stream>>>(a.x, a.weight, a.y, a.y_q8, a.cols, a.eps);
-  DF_CUDA_CHECK_LAUNCH();
+  launch_early(rms_norm_q8_kernel, dim3(unsigned(a.n_rows)), dim3(kNormThreads), 0, a.stream, a.x, a.weight, a.y,
+               a.y_q8, a.cols, a.eps);
 }
 
 void qk_norm_rope_store(const QkNormRopeStoreArgs& a) {
@@ -594,11 +622,9 @@ void qk_norm_rope_store(const QkNormRopeStoreArgs& a) {
   DF_CHECK(a.n_tok >= 0);
   if (a.n_tok == 0) return;
   const dim3 grid{unsigned(a.n_head + a.n_head_kv + 1), unsigned(std::min<int64_t>(a.n_tok, 65535))};
-  qk_norm_rope_store_kernel<<<grid, kNormThreads, 0, a.stream>>>(
-      a.q, a.k, a.v, a.q_norm, a.k_norm, a.eps, a.n_head, a.n_head_kv, a.head_dim_k, a.head_dim_v, a.n_rot, a.n_tok,
-      a.pos,
-      a.table, a.n_pos, a.style == model::RopeStyle::kNeox, a.k_cache, a.v_cache, a.n_ctx);
-  DF_CUDA_CHECK_LAUNCH();
+  launch_early(qk_norm_rope_store_kernel, grid, dim3(kNormThreads), 0, a.stream, a.q, a.k, a.v, a.q_norm, a.k_norm,
+               a.eps, a.n_head, a.n_head_kv, a.head_dim_k, a.head_dim_v, a.n_rot, a.n_tok, a.pos, a.table, a.n_pos,
+               a.style == model::RopeStyle::kNeox, a.k_cache, a.v_cache, a.n_ctx);
 }
 
 bool moe_decode_supported(const model::Mat& gate, const model::Mat& up, const model::Mat& down, int64_t n_tok, int32_t n_used) {
@@ -627,11 +653,10 @@ void moe_decode_gate_up(const MoeDecodeGateUpArgs& a) {
   by_type(a.gate.type, [&](auto tc) {
     constexpr GgmlType T = decltype(tc)::value;
     allow_smem(moe_gate_up_kernel<T>, smem);
-    moe_gate_up_kernel<T><<<grid, threads, smem, a.stream>>>(a.gate.data, a.gate_stride, a.up.data, a.up_stride,
-                                                             a.gate.row_bytes, a.gate.cols, a.gate.rows, a.n_expert,
-                                                             a.ids, a.n_used, a.x_q8, a.act, a.act_q8);
+    launch_early(moe_gate_up_kernel<T>, grid, dim3(threads), smem, a.stream, a.gate.data, a.gate_stride, a.up.data,
+                 a.up_stride, a.gate.row_bytes, a.gate.cols, a.gate.rows, a.n_expert, a.ids, a.n_used, a.x_q8, a.act,
+                 a.act_q8);
   });
-  DF_CUDA_CHECK_LAUNCH();
 }
 
 void moe_decode_down(const MoeDecodeDownArgs& a) {
@@ -649,11 +674,10 @@ void moe_decode_down(const MoeDecodeDownArgs& a) {
   by_type(a.down.type, [&](auto tc) {
     constexpr GgmlType T = decltype(tc)::value;
     allow_smem(moe_down_kernel<T>, smem);
-    moe_down_kernel<T><<<grid, threads, smem, a.stream>>>(a.down.data, a.down_stride, a.down.row_bytes, a.down.rows,
-                                                          a.down.cols, a.n_expert, a.ids, a.weights, a.n_used,
-                                                          a.act_q8, a.x, a.out);
+    launch_early(moe_down_kernel<T>, grid, dim3(threads), smem, a.stream, a.down.data, a.down_stride,
+                 a.down.row_bytes, a.down.rows, a.down.cols, a.n_expert, a.ids, a.weights, a.n_used, a.act_q8, a.x,
+                 a.out);
   });
-  DF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace df::cuda

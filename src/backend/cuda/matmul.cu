@@ -17,6 +17,7 @@
 #include "backend/cuda/blas.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kquant.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/mmq.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
@@ -137,6 +138,8 @@ __global__ void __launch_bounds__(kFvThreads) float_matvec_kernel(const uint8_t*
                                                                   int64_t cols, uint64_t row_bytes,
                                                                   const float* __restrict__ x, int nt,
                                                                   float* __restrict__ y) {
+  dev::allow_next();
+  dev::wait_prior();
   __shared__ float part[NT][kFvThreads / 32];
   const int64_t r = blockIdx.x;
   const uint8_t* wr = w + uint64_t(r) * row_bytes;
@@ -180,13 +183,9 @@ template <GgmlType T>
 void launch_float_matvec(const MatmulArgs& a) {
   const int nt = int(a.n_tok);
   const unsigned grid = unsigned(a.w.rows);
-  if (nt == 1) {
-    float_matvec_kernel<T, 1><<<grid, kFvThreads, 0, a.stream>>>(a.w.data, a.w.rows, a.w.cols, a.w.row_bytes, a.x,
-                                                                 nt, a.y);
-  } else {
-    float_matvec_kernel<T, kDecodeMaxTok><<<grid, kFvThreads, 0, a.stream>>>(a.w.data, a.w.rows, a.w.cols,
-                                                                             a.w.row_bytes, a.x, nt, a.y);
-  }
+  auto* kernel = nt == 1 ? float_matvec_kernel<T, 1> : float_matvec_kernel<T, kDecodeMaxTok>;
+  launch_early(kernel, dim3(grid), dim3(kFvThreads), 0, a.stream, static_cast<const uint8_t*>(a.w.data), a.w.rows,
+               a.w.cols, a.w.row_bytes, static_cast<const float*>(a.x), nt, a.y);
 }
 
 // grid: (ceil(rows / kWarps), n_tok * n_used); block column v multiplies expert ids[v] with act row v / act_div.

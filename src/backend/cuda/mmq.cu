@@ -30,6 +30,7 @@
 #include <utility>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/mmq.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/util/check.h"
@@ -399,13 +400,6 @@ __global__ void __launch_bounds__(threads_of<BM>(), min_blocks_of<BM, BN>()) mmq
 }
 
 bool mma_type(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
-
-int sm_count() {
-  int dev = 0, n = 0;
-  DF_CUDA_CHECK(cudaGetDevice(&dev));
-  DF_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
 
 template <GgmlType T, int BM, int BN>
 void launch_t(const Params& p, unsigned gx, unsigned gy, cudaStream_t stream) {

@@ -7,11 +7,9 @@
 
 namespace df::cuda::dev {
 
-// Every thread of the block must call it (it synchronizes the block once); returns 1 / sqrt(mean(x^2) + eps).
+// The block's reduction of the threads' square sums, then 1 / sqrt(mean + eps). Every thread calls it (one barrier).
 template <int kThreads>
-__device__ __forceinline__ float block_rms_scale(const float* xr, int64_t cols, float eps) {
-  double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < cols; i += kThreads) sum += double(__fmul_rn(xr[i], xr[i]));
+__device__ __forceinline__ float block_rms_finish(double sum, int64_t cols, float eps) {
   __shared__ double warp_sums[kThreads / 32];
   sum = warp_sum(sum);
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
@@ -20,6 +18,25 @@ __device__ __forceinline__ float block_rms_scale(const float* xr, int64_t cols, 
   for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
   const float mean = float(total / double(cols));
   return 1.0f / sqrtf(mean + eps);
+}
+
+// Every thread of the block must call it (it synchronizes the block once); returns 1 / sqrt(mean(x^2) + eps).
+template <int kThreads>
+__device__ __forceinline__ float block_rms_scale(const float* xr, int64_t cols, float eps) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) sum += double(__fmul_rn(xr[i], xr[i]));
+  return block_rms_finish<kThreads>(sum, cols, eps);
+}
+
+// The same from the values a thread holds already: v[k] = x[threadIdx.x + k * kThreads], for a row of at most
+// N * kThreads columns (the same squares summed in the same order).
+template <int kThreads, int N>
+__device__ __forceinline__ float block_rms_scale(const float (&v)[N], int64_t cols, float eps) {
+  double sum = 0.0;
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    if (threadIdx.x + int64_t(k) * kThreads < cols) sum += double(__fmul_rn(v[k], v[k]));
+  return block_rms_finish<kThreads>(sum, cols, eps);
 }
 
 // Q8_0 of one block of 32 values, one per lane (v), written to yb (34 bytes): bit for bit as quantize_q8_0.

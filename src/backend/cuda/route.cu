@@ -2,6 +2,7 @@
 // softmax over all experts (sum in double), the top n_used by probability with ties going to the lower id (a stable
 // sort), weights renormalized over the selected (sum in double, floored at 2^-14 as llama.cpp clamps it).
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
@@ -20,6 +21,8 @@ constexpr int kMaxUsed = 32;
 __global__ void __launch_bounds__(kMaxExperts) route_kernel(const float* __restrict__ logits, int n_expert, int n_used,
                                                             bool norm_topk, int32_t* __restrict__ ids,
                                                             float* __restrict__ weights) {
+  dev::allow_next();
+  dev::wait_prior();
   __shared__ float p[kMaxExperts];
   __shared__ float sel_p[kMaxUsed];
   __shared__ int sel_id[kMaxUsed];
@@ -88,9 +91,8 @@ void route(const RouteArgs& a) {
   DF_CHECK(a.n_used <= a.n_expert && a.n_tok >= 0 && a.n_tok <= 0x7fffffff);
   if (a.n_tok == 0) return;
   const unsigned threads = unsigned((a.n_expert + 31) / 32 * 32);
-  route_kernel<<<unsigned(a.n_tok), threads, 0, a.stream>>>(a.logits, a.n_expert, a.n_used, a.norm_topk, a.ids,
-                                                            a.weights);
-  DF_CUDA_CHECK_LAUNCH();
+  launch_early(route_kernel, dim3(unsigned(a.n_tok)), dim3(threads), 0, a.stream, static_cast<const float*>(a.logits),
+               a.n_expert, a.n_used, a.norm_topk, a.ids, a.weights);
 }
 
 void moe_combine(const MoeCombineArgs& a) {

@@ -1,0 +1,42 @@
+// Launching kernels: the device's attributes the launch shapes depend on, and launch_early() for the kernels of a
+// decode step, which start while the kernel before them finishes (dev::wait_prior in common.cuh says the rule).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "diskformer/cudart/check.h"
+
+namespace df::cuda {
+
+inline int device_attribute(cudaDeviceAttr what) {
+  int dev = 0, v = 0;
+  DF_CUDA_CHECK(cudaGetDevice(&dev));
+  DF_CUDA_CHECK(cudaDeviceGetAttribute(&v, what, dev));
+  return v;
+}
+
+inline int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
+
+// kernel<<<grid, block, smem, stream>>>(args...), allowed to start before the stream's previous kernel has finished
+// on devices that can (compute capability 9.0 and later; elsewhere an ordinary launch). The kernel must call
+// dev::wait_prior() before its first access to memory that another kernel writes or reads.
+template <typename... Params, typename... Args>
+void launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                  Args&&... args) {
+  static const bool can = device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = can ? 1 : 0;
+  DF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace df::cuda
