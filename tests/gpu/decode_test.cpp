@@ -71,6 +71,22 @@ TEST_P(DecodeMatvec, EqualsTheTiledKernelBitForBit) {
   cuda::matmul({.w = m, .x = dx.as<float>(), .n_tok = c.n_tok, .y = via.as<float>(), .scratch = scratch.as<uint8_t>()});
   EXPECT_EQ(count_differ(download<float>(via, ref.size()), ref), 0u) << "matmul";
 
+  // Normed in each block (x as the residual stream, a norm weight): rms_norm_q8, then the pre-quantized launch.
+  const auto nw = random_floats(c.cols, 205, 0.5f, 1.5f);
+  auto dnw = cuda::to_device(nw);
+  cuda::DeviceBuffer xn(c.n_tok * c.cols * 4), xq(cuda::q8_scratch_bytes(GgmlType::Q8_0, c.cols, c.n_tok));
+  cuda::DeviceBuffer want_n(c.n_tok * c.rows * 4), got_n(c.n_tok * c.rows * 4);
+  cuda::rms_norm_q8({.x = dx.as<float>(), .weight = dnw.as<float>(), .y = xn.as<float>(), .y_q8 = xq.as<uint8_t>(),
+                     .n_rows = c.n_tok, .cols = c.cols, .eps = 1e-6f});
+  cuda::DecodeMatvecArgs e{.n_parts = 1, .x_q8 = xq.as<uint8_t>(), .n_tok = c.n_tok};
+  e.parts[0] = {.w = m, .y = want_n.as<float>()};
+  cuda::decode_matvec(e);
+  cuda::DecodeMatvecArgs f{.n_parts = 1, .x = dx.as<float>(), .n_tok = c.n_tok, .norm = dnw.as<float>(), .eps = 1e-6f};
+  f.parts[0] = {.w = m, .y = got_n.as<float>()};
+  cuda::decode_matvec(f);
+  EXPECT_EQ(count_differ(download<float>(got_n, ref.size()), download<float>(want_n, ref.size())), 0u)
+      << "normed in the kernel";
+
   // Three parts: w, a second matrix with a residual added in place, and w again.
   const HostMat w2 = random_mat(c.type, c.rows + 9, c.cols, 203);
   auto dw2 = upload(w2);
@@ -107,7 +123,8 @@ TEST_P(DecodeMatvec, EqualsTheTiledKernelBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeMatvec,
                          ::testing::Values(MvCase{GgmlType::Q4_0, 67, 512, 1}, MvCase{GgmlType::Q4_0, 130, 2048, 1},
-                                           MvCase{GgmlType::Q4_0, 61, 256, 3}, MvCase{GgmlType::Q8_0, 67, 512, 1},
+                                           MvCase{GgmlType::Q4_0, 61, 256, 3}, MvCase{GgmlType::Q4_0, 67, 4096, 2},
+                                           MvCase{GgmlType::Q8_0, 67, 512, 1},
                                            MvCase{GgmlType::Q8_0, 33, 1024, 4}, MvCase{GgmlType::Q8_0, 130, 2048, 2},
                                            MvCase{GgmlType::Q4_K, 67, 512, 1}, MvCase{GgmlType::Q4_K, 130, 2048, 4},
                                            MvCase{GgmlType::Q5_K, 130, 2048, 1}, MvCase{GgmlType::Q6_K, 61, 256, 3},
@@ -154,6 +171,35 @@ TEST(DecodeKernels, RmsNormQ8EqualsNormThenQuantize) {
     cuda::rms_norm_q8({.x = dx.as<float>(), .weight = dwt.as<float>(), .y_q8 = q2.as<uint8_t>(), .n_rows = rows,
                        .cols = cols, .eps = 1e-6f});
     EXPECT_EQ(download<uint8_t>(q2, qb), download<uint8_t>(q1, qb)) << cols;
+  }
+}
+
+// The router with its norm inside: the logits of rms_norm then the router's matmul, and the normed rows and their
+// Q8_0 blocks as rms_norm_q8 writes them, bit for bit.
+TEST(DecodeKernels, NormedRouterEqualsNormThenRouter) {
+  DF_REQUIRE_GPU();
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
+    for (int64_t n_tok : {int64_t(1), int64_t(3)}) {
+      const int64_t X = 128, E = 2048;
+      const HostMat w = random_mat(type, X, E, 221);
+      auto dw = upload(w);
+      const model::Mat m = dmat(w, dw);
+      ASSERT_TRUE(cuda::normed_router_supported(m, n_tok));
+      const auto x = random_floats(n_tok * E, 222, -3.0f, 3.0f);
+      const auto nw = random_floats(E, 223, 0.5f, 1.5f);
+      auto dx = cuda::to_device(x), dnw = cuda::to_device(nw);
+      const uint64_t qb = cuda::q8_scratch_bytes(GgmlType::Q8_0, E, n_tok);
+      cuda::DeviceBuffer y1(n_tok * E * 4), q1(qb), l1(n_tok * X * 4), y2(n_tok * E * 4), q2(qb), l2(n_tok * X * 4);
+      cuda::rms_norm_q8({.x = dx.as<float>(), .weight = dnw.as<float>(), .y = y1.as<float>(), .y_q8 = q1.as<uint8_t>(),
+                         .n_rows = n_tok, .cols = E, .eps = 1e-6f});
+      cuda::matmul({.w = m, .x = y1.as<float>(), .n_tok = n_tok, .y = l1.as<float>()});
+      cuda::normed_router({.w = m, .x = dx.as<float>(), .norm = dnw.as<float>(), .eps = 1e-6f, .n_tok = n_tok,
+                           .y = l2.as<float>(), .xn = y2.as<float>(), .xq = q2.as<uint8_t>()});
+      const std::string what = std::string(gguf::type_name(type)) + ", " + std::to_string(n_tok) + " tokens";
+      EXPECT_EQ(count_differ(download<float>(l2, n_tok * X), download<float>(l1, n_tok * X)), 0u) << what;
+      EXPECT_EQ(count_differ(download<float>(y2, n_tok * E), download<float>(y1, n_tok * E)), 0u) << what;
+      EXPECT_EQ(download<uint8_t>(q2, qb), download<uint8_t>(q1, qb)) << what;
+    }
   }
 }
 

@@ -125,6 +125,16 @@ __device__ __forceinline__ void stage_act(int* __restrict__ dst, const uint8_t* 
   }
 }
 
+// One block of 32 values, one per lane (v), into a staged block (dst, kActWords words): quantize_block_q8_0's
+// operations, the scale rounded through f16 as the stored block holds it.
+__device__ __forceinline__ void quantize_block_act(float v, int* __restrict__ dst, int lane) {
+  const float amax = dev::warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  reinterpret_cast<int8_t*>(dst)[lane] = int8_t(rintf(v * id));
+  if (lane == 0) dst[8] = __float_as_int(dev::f16_to_f32(dev::f32_to_f16(d)));
+}
+
 // n_blocks blocks of x (f32, contiguous) quantized into dst in stage_act's layout, a warp per block with
 // quantize_block_q8_0's operations (the scale rounded through f16, as the stored block holds it); a warp loads a
 // batch of its blocks before quantizing them.
@@ -141,11 +151,7 @@ __device__ __forceinline__ void quantize_act(int* __restrict__ dst, const float*
     for (int i = 0; i < kStageBatch; ++i) {
       const int64_t b = b0 + int64_t(i) * n_warps;
       if (b >= n_blocks) break;  // the whole warp
-      const float amax = dev::warp_max(fabsf(v[i]));
-      const float d = amax / 127.0f;
-      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-      reinterpret_cast<int8_t*>(dst + b * kActWords)[lane] = int8_t(rintf(v[i] * id));
-      if (lane == 0) dst[b * kActWords + 8] = __float_as_int(dev::f16_to_f32(dev::f32_to_f16(d)));
+      quantize_block_act(v[i], dst + b * kActWords, lane);
     }
   }
 }
@@ -278,6 +284,8 @@ struct MvParams {
   int64_t cols;
   const uint8_t* x_q8;
   const float* x;
+  const float* norm;  // x's RMSNorm weight (rms_norm_row in each block), or null
+  float eps;
   int nt;
   int64_t n_tiles;  // of all parts
 };
@@ -313,8 +321,19 @@ __global__ void __launch_bounds__(kMvWarps * 32, T == GgmlType::Q4_0 && NT == 1 
   };
   start(blockIdx.x);
   dev::wait_prior();
-  if (p.x_q8 != nullptr) stage_act(s_act, p.x_q8, int64_t(p.nt) * nb);
-  else quantize_act(s_act, p.x, int64_t(p.nt) * nb);
+  if (p.norm != nullptr) {
+    for (int j = 0; j < p.nt; ++j) {
+      int* dst = s_act + j * act_words;
+      dev::rms_norm_row<kMvWarps * 32>(p.x + j * p.cols, p.norm, p.cols, p.eps, [&](float v, int64_t i) {
+        quantize_block_act(v, dst + (i / dev::kQK) * kActWords, lane);
+      });
+      __syncthreads();  // the norm's shared sums serve the next token
+    }
+  } else if (p.x_q8 != nullptr) {
+    stage_act(s_act, p.x_q8, int64_t(p.nt) * nb);
+  } else {
+    quantize_act(s_act, p.x, int64_t(p.nt) * nb);
+  }
   __syncthreads();  // the last barrier: the warps go through the tiles on their own
   for (int64_t tile = blockIdx.x;;) {
     if (live) {
@@ -349,44 +368,20 @@ void launch_matvec(const MvParams& p, uint64_t smem, cudaStream_t stream) {
 
 // ---- rms_norm_q8
 
-// Thread i normalizes columns i + k * kNormThreads of each chunk of kNormPer * kNormThreads, which are lane i % 32's
-// elements of Q8_0 blocks i / 32 + 8k: each warp quantizes the blocks it has just normed, from registers. The first
-// chunk's loads go out before the scale's reduction waits.
-constexpr int kNormPer = 8;
-
+// A block per row: rms_norm_row, each block of 32 normed values quantized from registers by the warp that holds it.
 __global__ void __launch_bounds__(kNormThreads) rms_norm_q8_kernel(const float* __restrict__ x,
                                                                    const float* __restrict__ weight,
                                                                    float* __restrict__ y, uint8_t* __restrict__ yq,
                                                                    int64_t cols, float eps) {
   dev::allow_next();
   dev::wait_prior();
-  const float* xr = x + int64_t(blockIdx.x) * cols;
   float* yr = y != nullptr ? y + int64_t(blockIdx.x) * cols : nullptr;
   uint8_t* yqr = yq + int64_t(blockIdx.x) * (cols / dev::kQK) * dev::kQ8Bytes;
   const int lane = threadIdx.x % 32;
-  float xv[kNormPer], wv[kNormPer];
-  auto load = [&](int64_t i0) {
-#pragma unroll
-    for (int k = 0; k < kNormPer; ++k) {
-      const int64_t i = i0 + threadIdx.x + int64_t(k) * kNormThreads;
-      if (i < cols) xv[k] = xr[i], wv[k] = weight[i];
-    }
-  };
-  load(0);
-  // Rows of up to kNormPer * kNormThreads (2,048) columns are in registers already: no second round trip.
-  const float scale = cols <= int64_t(kNormPer) * kNormThreads ? dev::block_rms_scale<kNormThreads>(xv, cols, eps)
-                                                                 : dev::block_rms_scale<kNormThreads>(xr, cols, eps);
-  for (int64_t i0 = 0; i0 < cols; i0 += int64_t(kNormPer) * kNormThreads) {
-    if (i0 > 0) load(i0);
-#pragma unroll
-    for (int k = 0; k < kNormPer; ++k) {
-      const int64_t i = i0 + threadIdx.x + int64_t(k) * kNormThreads;
-      if (i >= cols) break;  // the whole warp: cols is a multiple of 32
-      const float v = __fmul_rn(__fmul_rn(xv[k], scale), wv[k]);
-      if (yr != nullptr) yr[i] = v;
-      dev::quantize_block_q8_0(v, yqr + (i / dev::kQK) * dev::kQ8Bytes, lane);
-    }
-  }
+  dev::rms_norm_row<kNormThreads>(x + int64_t(blockIdx.x) * cols, weight, cols, eps, [&](float v, int64_t i) {
+    if (yr != nullptr) yr[i] = v;
+    dev::quantize_block_q8_0(v, yqr + (i / dev::kQK) * dev::kQ8Bytes, lane);
+  });
 }
 
 // ---- qk_norm_rope_store
@@ -578,12 +573,15 @@ bool decode_matvec_supported(const model::Mat& w, int64_t n_tok) {
 void decode_matvec(const DecodeMatvecArgs& a) {
   DF_CHECK(a.n_parts >= 1 && a.n_parts <= 3);
   DF_CHECK(a.x_q8 != nullptr || a.x != nullptr);
+  DF_CHECK(a.norm == nullptr || (a.x != nullptr && a.x_q8 == nullptr));
   const model::Mat& w0 = a.parts[0].w;
   MvParams p{};
   p.n_parts = a.n_parts;
   p.cols = w0.cols;
-  p.x_q8 = a.x_q8;
+  p.x_q8 = a.norm != nullptr ? nullptr : a.x_q8;
   p.x = a.x;
+  p.norm = a.norm;
+  p.eps = a.eps;
   p.nt = int(a.n_tok);
   int64_t tiles = 0;
   uint64_t smem = 0;

@@ -21,13 +21,11 @@ void Forward::run(int64_t n, bool all_logits, float* logits) {
     ffn_block(l, il, n);
   }
   const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
-  const uint8_t* xq = norm_input(x + first * E, w.output_norm(), n_out, {&w.output()});
-  matmul({.w = w.output(), .x = at<float>(Buf::xn), .n_tok = n_out, .y = logits, .scratch = at<uint8_t>(Buf::scratch),
-          .stream = m_.stream, .x_q8 = xq, .dequant = at<uint8_t>(Buf::dequant)});
+  normed_products(x + first * E, w.output_norm(), n_out, {{&w.output(), logits}});
 }
 
 const uint8_t* Forward::norm_input(const float* x, const float* weight, int64_t n,
-                                   std::initializer_list<const model::Mat*> ws) {
+                                   std::span<const model::Mat* const> ws) {
   const model::ModelSpec& s = m_.spec;
   const int64_t E = s.n_embd;
   bool q8 = ws.size() > 0;
@@ -41,6 +39,28 @@ const uint8_t* Forward::norm_input(const float* x, const float* weight, int64_t 
   rms_norm_q8({.x = x, .weight = weight, .y = at<float>(Buf::xn), .y_q8 = at<uint8_t>(Buf::scratch), .n_rows = n,
                .cols = E, .eps = s.norm_eps, .stream = m_.stream});
   return at<uint8_t>(Buf::scratch);
+}
+
+void Forward::normed_products(const float* x, const float* norm, int64_t n,
+                              std::initializer_list<std::pair<const model::Mat*, float*>> outs) {
+  DF_CHECK(outs.size() >= 1 && outs.size() <= 3);
+  bool fused = true;
+  for (const auto& [w, y] : outs)
+    fused = fused && q8_activation_type(w->type) && w->cols == int64_t(m_.spec.n_embd) &&
+            decode_matvec_supported(*w, n) && w->type == outs.begin()->first->type;
+  if (fused) {
+    DecodeMatvecArgs d{.n_parts = int(outs.size()), .x = x, .n_tok = n, .stream = m_.stream, .norm = norm,
+                       .eps = m_.spec.norm_eps};
+    int i = 0;
+    for (const auto& [w, y] : outs) d.parts[i++] = {.w = *w, .y = y};
+    decode_matvec(d);
+    return;
+  }
+  const model::Mat* ws[3];
+  size_t n_ws = 0;
+  for (const auto& [w, y] : outs) ws[n_ws++] = w;
+  const uint8_t* xq = norm_input(x, norm, n, std::span(ws, n_ws));
+  products(n, xq, outs);
 }
 
 void Forward::products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const model::Mat*, float*>> outs) {
@@ -87,8 +107,7 @@ void Forward::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
   const int64_t kd = s.kv_dim_k(), vd = s.kv_dim_v();
   const uint32_t C = o_.n_ctx;
   float *q = at<float>(Buf::q), *k = at<float>(Buf::k), *v = at<float>(Buf::v);
-  const uint8_t* xq = norm_input(at<float>(Buf::x), l.attn_norm.f32(), n, {&l.wq, &l.wk, &l.wv});
-  products(n, xq, {{&l.wq, q}, {&l.wk, k}, {&l.wv, v}});
+  normed_products(at<float>(Buf::x), l.attn_norm.f32(), n, {{&l.wq, q}, {&l.wk, k}, {&l.wv, v}});
   const int32_t* pos = at<int32_t>(Buf::pos);
   uint16_t* kc = at<uint16_t>(Buf::k_cache) + uint64_t(il) * C * kd;
   uint16_t* vc = at<uint16_t>(Buf::v_cache) + uint64_t(il) * C * vd;
@@ -109,8 +128,7 @@ void Forward::ffn_block(const GpuLayer& l, uint32_t il, int64_t n) {
   const model::ModelSpec& s = m_.spec;
   float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
   if (!s.moe()) {
-    const uint8_t* xq = norm_input(at<float>(Buf::x), l.ffn_norm.f32(), n, {&l.ffn_gate, &l.ffn_up});
-    products(n, xq, {{&l.ffn_gate, gate}, {&l.ffn_up, up}});
+    normed_products(at<float>(Buf::x), l.ffn_norm.f32(), n, {{&l.ffn_gate, gate}, {&l.ffn_up, up}});
     swiglu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff), .stream = m_.stream});
     add_product(l.ffn_down, gate, n);
     return;
@@ -122,10 +140,21 @@ void Forward::ffn_block(const GpuLayer& l, uint32_t il, int64_t n) {
   // have the layout of the file's experts.
   const model::ExpertWeights w = experts_.matrices(l, il);
   const bool fused = n <= kDecodeMaxTok && moe_decode_supported(w.gate, w.up, w.down, n, K);
-  const uint8_t* xq = fused ? norm_input(at<float>(Buf::x), l.ffn_norm.f32(), n, {&w.gate, &w.up})
-                            : norm_input(at<float>(Buf::x), l.ffn_norm.f32(), n, {});
-  matmul({.w = l.gate_inp, .x = at<float>(Buf::xn), .n_tok = n, .y = at<float>(Buf::router),
-          .scratch = at<uint8_t>(Buf::scratch), .stream = m_.stream, .x_q8 = xq});
+  const model::Mat* gate_up[] = {&w.gate, &w.up};
+  const bool q8 = fused && q8_activation_type(w.gate.type) && q8_activation_type(w.up.type) &&
+                  w.gate.cols == int64_t(s.n_embd);
+  const uint8_t* xq = nullptr;
+  if (normed_router_supported(l.gate_inp, n)) {
+    // The norm inside the router's launch; it leaves xn (and its Q8_0 blocks) as norm_input would.
+    uint8_t* q = q8 ? at<uint8_t>(Buf::scratch) : nullptr;
+    normed_router({.w = l.gate_inp, .x = at<float>(Buf::x), .norm = l.ffn_norm.f32(), .eps = s.norm_eps, .n_tok = n,
+                   .y = at<float>(Buf::router), .xn = at<float>(Buf::xn), .xq = q, .stream = m_.stream});
+    xq = q;
+  } else {
+    xq = norm_input(at<float>(Buf::x), l.ffn_norm.f32(), n, fused ? std::span(gate_up) : std::span<const model::Mat*>());
+    matmul({.w = l.gate_inp, .x = at<float>(Buf::xn), .n_tok = n, .y = at<float>(Buf::router),
+            .scratch = at<uint8_t>(Buf::scratch), .stream = m_.stream, .x_q8 = xq});
+  }
   route({.logits = at<float>(Buf::router), .n_tok = n, .n_expert = int(s.n_expert), .n_used = K,
          .norm_topk = s.norm_topk, .ids = at<int32_t>(Buf::ids), .weights = at<float>(Buf::wts),
          .stream = m_.stream});

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -31,10 +32,15 @@ class Forward {
   void ffn_block(const GpuLayer& l, uint32_t il, int64_t n);
   // Norms n rows of the residual stream at x into xn; when every product in ws takes Q8_0 activations of xn, they
   // are quantized in the same launch and returned (in scratch, shared by those products), else nullptr.
-  const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::initializer_list<const model::Mat*> ws);
+  const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::span<const model::Mat* const> ws);
   // The products of xn with up to 3 matrices: one decode_matvec launch for a few tokens when xq holds xn's Q8_0
   // blocks and the kernel takes every matrix, else a matmul each (the same results).
   void products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const model::Mat*, float*>> outs);
+  // The products of n rows of the residual stream at x, normed by `norm`, with up to 3 matrices: for a few tokens
+  // one decode_matvec launch whose blocks norm x themselves where it takes every matrix, else norm_input, then
+  // products (the same results).
+  void normed_products(const float* x, const float* norm, int64_t n,
+                       std::initializer_list<std::pair<const model::Mat*, float*>> outs);
   // x += W in (for a few tokens one launch that adds in its epilogue).
   void add_product(const model::Mat& w, const float* in, int64_t n);
 

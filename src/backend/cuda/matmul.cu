@@ -19,6 +19,7 @@
 #include "backend/cuda/kquant.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mmq.cuh"
+#include "backend/cuda/rms.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
@@ -133,13 +134,37 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_kernel(const uint8_t* __re
 // i + kFvThreads, ... with fused multiply-adds (the activations rounded as row_dot rounds them), then the block
 // reduces: warp butterflies, then the warps' sums in warp order. Only the f32 summation order differs from the CPU.
 // grid: rows; y[t][r] for t < nt (<= NT).
+// Normed (n.norm set): x is the residual stream; each block norms its nt rows into shared memory first
+// (rms_norm_row, rms_norm_q8's arithmetic) and block 0 also writes them, and their Q8_0 blocks where n.xq is set, as
+// rms_norm_q8 would have, for the products that follow.
+struct FvNorm {
+  const float* norm;  // [cols], or null
+  float eps;
+  float* xn;     // [nt][cols]
+  uint8_t* xq;   // [nt][cols / 32] Q8_0 blocks, or null
+};
+
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kFvThreads) float_matvec_kernel(const uint8_t* __restrict__ w, int64_t rows,
                                                                   int64_t cols, uint64_t row_bytes,
                                                                   const float* __restrict__ x, int nt,
-                                                                  float* __restrict__ y) {
+                                                                  float* __restrict__ y, const FvNorm n) {
   dev::allow_next();
   dev::wait_prior();
+  extern __shared__ float s_x[];  // normed: [nt][cols]
+  if (n.norm != nullptr) {
+    const int lane = threadIdx.x % 32;
+    for (int j = 0; j < nt; ++j) {
+      dev::rms_norm_row<kFvThreads>(x + j * cols, n.norm, cols, n.eps, [&](float v, int64_t i) {
+        s_x[j * cols + i] = v;
+        if (blockIdx.x != 0) return;  // block-uniform
+        n.xn[j * cols + i] = v;
+        if (n.xq != nullptr) dev::quantize_block_q8_0(v, n.xq + (j * (cols / dev::kQK) + i / dev::kQK) * dev::kQ8Bytes, lane);
+      });
+      __syncthreads();  // s_x complete; the norm's shared sums serve the next row
+    }
+    x = s_x;
+  }
   __shared__ float part[NT][kFvThreads / 32];
   const int64_t r = blockIdx.x;
   const uint8_t* wr = w + uint64_t(r) * row_bytes;
@@ -180,13 +205,16 @@ __global__ void __launch_bounds__(kFvThreads) float_matvec_kernel(const uint8_t*
 }
 
 template <GgmlType T>
-void launch_float_matvec(const MatmulArgs& a) {
+void launch_float_matvec(const MatmulArgs& a, const FvNorm& n = {}) {
   const int nt = int(a.n_tok);
   const unsigned grid = unsigned(a.w.rows);
   auto* kernel = nt == 1 ? float_matvec_kernel<T, 1> : float_matvec_kernel<T, kDecodeMaxTok>;
-  launch_early(kernel, dim3(grid), dim3(kFvThreads), 0, a.stream, static_cast<const uint8_t*>(a.w.data), a.w.rows,
-               a.w.cols, a.w.row_bytes, static_cast<const float*>(a.x), nt, a.y);
+  const size_t smem = n.norm != nullptr ? size_t(nt) * size_t(a.w.cols) * sizeof(float) : 0;
+  launch_early(kernel, dim3(grid), dim3(kFvThreads), smem, a.stream, static_cast<const uint8_t*>(a.w.data), a.w.rows,
+               a.w.cols, a.w.row_bytes, static_cast<const float*>(a.x), nt, a.y, n);
 }
+
+bool float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
 // grid: (ceil(rows / kWarps), n_tok * n_used); block column v multiplies expert ids[v] with act row v / act_div.
 template <GgmlType T>
@@ -359,6 +387,24 @@ std::pair<const uint8_t*, uint64_t> prepare_act(GgmlType t, const float* x, int6
 bool matmul_type_supported(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
          t == GgmlType::Q4_0 || kq::piece_type(t);
+}
+
+bool normed_router_supported(const model::Mat& w, int64_t n_tok) {
+  return float_type(w.type) && w.data != nullptr && n_tok >= 1 && n_tok <= kDecodeMaxTok && w.cols % dev::kQK == 0 &&
+         w.rows <= 0x7fffffff && uint64_t(n_tok) * uint64_t(w.cols) * sizeof(float) <= 48 * 1024;
+}
+
+void normed_router(const NormedRouterArgs& a) {
+  DF_CHECK(normed_router_supported(a.w, a.n_tok));
+  DF_CHECK(a.x != nullptr && a.norm != nullptr && a.y != nullptr && a.xn != nullptr);
+  DF_CHECK(static_cast<const void*>(a.xn) != static_cast<const void*>(a.x));
+  const MatmulArgs m{.w = a.w, .x = a.x, .n_tok = a.n_tok, .y = a.y, .stream = a.stream};
+  const FvNorm n{.norm = a.norm, .eps = a.eps, .xn = a.xn, .xq = a.xq};
+  switch (a.w.type) {
+    case GgmlType::F16: launch_float_matvec<GgmlType::F16>(m, n); break;
+    case GgmlType::BF16: launch_float_matvec<GgmlType::BF16>(m, n); break;
+    default: launch_float_matvec<GgmlType::F32>(m, n); break;
+  }
 }
 
 void matmul(const MatmulArgs& a) {

@@ -59,6 +59,24 @@ struct MatmulArgs {
 };
 void matmul(const MatmulArgs& a);
 
+// The MoE router's logits for a few tokens of the residual stream with its RMSNorm inside: each block norms x
+// itself (rms_norm_q8's arithmetic) and the first also writes the normed rows to xn and their Q8_0 blocks to xq (if
+// set), bit for bit what rms_norm_q8 writes, for the experts that follow; this saves that launch. Float weights
+// (F32, F16, BF16), n_tok <= kDecodeMaxTok, the rows within 48 KiB of shared memory.
+struct NormedRouterArgs {
+  model::Mat w;                  // [n_expert] x [cols]
+  const float* x = nullptr;      // [n_tok][cols] the residual stream
+  const float* norm = nullptr;   // [cols]
+  float eps = 1e-5f;
+  int64_t n_tok = 0;
+  float* y = nullptr;            // [n_tok][n_expert] logits
+  float* xn = nullptr;           // [n_tok][cols] out: the normed rows; must not alias x
+  uint8_t* xq = nullptr;         // [n_tok][cols / 32] out: Q8_0 blocks of xn, or null
+  cudaStream_t stream = nullptr;
+};
+bool normed_router_supported(const model::Mat& w, int64_t n_tok);
+void normed_router(const NormedRouterArgs& a);
+
 // The routed experts of a layer in one launch: slot v = t * n_used + k multiplies expert ids[v] of a stacked expert
 // tensor (w describes one expert; expert e starts at w.data + e * expert_stride) with input row t (x_per_slot false:
 // x is [n_tok][cols], the gate and up matrices) or row v (x_per_slot true: x is [n_tok * n_used][cols], down).
@@ -281,6 +299,10 @@ struct DecodeMatvecArgs {
   const uint8_t* x_q8 = nullptr;  // [n_tok][cols / 32] Q8_0 blocks (quantize_q8_0 / rms_norm_q8), preferred if set
   int64_t n_tok = 1;
   cudaStream_t stream = nullptr;
+  // x's RMSNorm weight [cols], or null: each block norms x as rms_norm_q8 does (its Q8_0 blocks bit for bit) before
+  // quantizing, which saves that launch; x_q8 is then null.
+  const float* norm = nullptr;
+  float eps = 1e-5f;
 };
 void decode_matvec(const DecodeMatvecArgs& a);
 
