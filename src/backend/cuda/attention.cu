@@ -466,6 +466,7 @@ void attention(const AttentionArgs& a) {
   if (a.n_tok == 0) return;
   if (a.n_tok > kSplitMaxTok && launch_mma_if_built(a)) return;
 
+  DF_CHECK(reinterpret_cast<uintptr_t>(a.q) % 16 == 0);  // the split kernel reads q in quads
   const int group = a.n_head / a.n_head_kv;
   const int n_hsub = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
   int n_split = 1;

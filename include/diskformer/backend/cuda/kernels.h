@@ -193,7 +193,7 @@ void store_kv(const StoreKvArgs& a);
 // batches take a tiled tensor-core kernel (head dims 64, 128, 256). The launch depends on n_ctx, never on the
 // positions in use, so a captured decode step replays correctly at any position.
 struct AttentionArgs {
-  const float* q = nullptr;        // [n_tok][n_head * head_dim_k]
+  const float* q = nullptr;        // [n_tok][n_head * head_dim_k], 16-byte aligned
   const uint16_t* k = nullptr;     // [n_ctx][n_head_kv * head_dim_k] f16, 16-byte aligned
   const uint16_t* v = nullptr;     // [n_ctx][n_head_kv * head_dim_v] f16, 16-byte aligned
   float* out = nullptr;            // [n_tok][n_head * head_dim_v]
