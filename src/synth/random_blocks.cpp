@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "diskformer/backend/cpu/dequant.h"
 #include "diskformer/backend/cpu/numeric.h"
 #include "diskformer/synth/synth.h"
 #include "diskformer/util/check.h"
@@ -170,26 +171,8 @@ void each_block(uint8_t* out, uint64_t n_bytes, Fill fill) {
 
 }  // namespace
 
-bool supported_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0:
-    case GgmlType::Q8_0:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::F32:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::IQ4_NL:
-    case GgmlType::Q2_K:
-    case GgmlType::Q3_K:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-    case GgmlType::IQ4_XS: return true;
-    default: return false;
-  }
-}
+// Every type the CPU backend computes: a file synth writes is one the engine runs.
+bool supported_type(GgmlType t) { return cpu::dequant_supported(t); }
 
 void fill_random(GgmlType t, float stddev, uint64_t stream, uint8_t* out, uint64_t n_bytes) {
   Rng rng{stream};
