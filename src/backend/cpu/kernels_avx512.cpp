@@ -141,11 +141,15 @@ DF_AVX512 float dot_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* w, const BlockQ8_0*
   return s;
 }
 
-// Two rows per 512-bit register, the activation block broadcast to both halves; the bias term (8 * a) is the same
-// for all eight rows and is computed once per activation block.
+// Eight rows against up to eight activation rows, each (row, activation) sum in kernels.h's interleaved order: one
+// exact integer sum per block, then acc = fma(float(isum), d_w * d_a, acc), a row per lane of acc. The integer sums
+// come from four rows per 512-bit register and a short reduction; the bias term (8 * a) is the same for all eight
+// rows and is computed once per activation block.
 template <int NT>
 DF_AVX512 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], float* out) {
-  const __m512i bias = _mm512_set1_epi8(8), z = _mm512_setzero_si512();
+  const __m512i bias = _mm512_set1_epi8(8), low4 = _mm512_set1_epi8(0x0f), z = _mm512_setzero_si512();
+  // Output lane r < 4 is row r (lane 0 of chunk r of the first half's sums), lane 4 + r row 4 + r (lane 1).
+  const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
   const ptrdiff_t stride = reinterpret_cast<const char*>(w[1]) - reinterpret_cast<const char*>(w[0]);
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
@@ -157,23 +161,33 @@ DF_AVX512 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const Bloc
     _mm_prefetch(next, _MM_HINT_T0);
     _mm_prefetch(next + 64, _MM_HINT_T0);
     _mm_prefetch(next + 128, _MM_HINT_T0);
-    __m512i u[4];
-    for (int p = 0; p < 4; ++p)
-      u[p] = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles_q4_0(w[2 * p][b].qs)), nibbles_q4_0(w[2 * p + 1][b].qs), 1);
+    // Four rows' 16 code bytes a register, a row per 128-bit chunk: the low nibbles are elements 0..15, the high
+    // ones 16..31, so lane j of chunk r sums row r's elements 4j..4j+3 and 16+4j..16+4j+3 against the activation's
+    // two halves broadcast to every chunk.
+    __m512i lo[2], hi[2];
+    for (int h = 0; h < 2; ++h) {
+      __m512i c = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[4 * h][b].qs)));
+      for (int r = 1; r < 4; ++r)
+        c = _mm512_inserti32x4(c, _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[4 * h + r][b].qs)), r);
+      lo[h] = _mm512_and_si512(c, low4);
+      hi[h] = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
+    }
     alignas(16) uint16_t d[8];
     for (int i = 0; i < 8; ++i) d[i] = w[i][b].d;
     const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d)));
     for (int t = 0; t < NT; ++t) {
-      const __m512i q = _mm512_broadcast_i64x4(load32(a[t][b].qs));
-      const __m512i qb = _mm512_dpbusd_epi32(z, bias, q);
-      __m256i v[8];
-      for (int p = 0; p < 4; ++p) {
-        const __m512i l = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, u[p], q), qb);
-        v[2 * p] = _mm512_castsi512_si256(l);
-        v[2 * p + 1] = _mm512_extracti64x4_epi64(l, 1);
-      }
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sums8(v)), _mm256_mul_ps(dw, _mm256_set1_ps(h2f(a[t][b].d))),
-                               acc[t]);
+      const __m512i qlo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t][b].qs)));
+      const __m512i qhi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[t][b].qs + 16)));
+      // (code - 8) * a as code * a - 8 * a; the bias term is the same for every row.
+      const __m512i qb = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, bias, qlo), bias, qhi);
+      const __m512i s0 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo[0], qlo), hi[0], qhi), qb);
+      const __m512i s1 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo[1], qlo), hi[1], qhi), qb);
+      // Each chunk's four lanes summed (integer adds: the block's exact sum in any order): lane 0 of chunk r holds
+      // row r's, lane 1 row 4 + r's.
+      const __m512i x = _mm512_add_epi32(_mm512_unpacklo_epi32(s0, s1), _mm512_unpackhi_epi32(s0, s1));
+      const __m512i y = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_BADC));
+      const __m256i sums = _mm512_castsi512_si256(_mm512_permutexvar_epi32(pick, y));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, _mm256_set1_ps(h2f(a[t][b].d))), acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
