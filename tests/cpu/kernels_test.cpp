@@ -374,6 +374,26 @@ TEST(Kernels, TiledAttentionScoresAndValuesMatchScalar) {
     }
 }
 
+TEST(Kernels, KeysScoredTogetherEqualOneByOne) {
+  // One query against up to eight f16 keys at once: each key's score is its dot_f16_single, bit for bit, with and
+  // without a tail past the 32-element steps.
+  for (int64_t n : {int64_t(64), int64_t(128), int64_t(103), int64_t(1024)}) {
+    const int64_t stride = n + 24;
+    std::vector<uint16_t> keys(static_cast<size_t>(8 * stride)), q(static_cast<size_t>(n));
+    const auto kv = randn(keys.size(), 31), qv = randn(q.size(), 32);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = f32_to_f16(kv[i]);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = f32_to_f16(qv[i]);
+    for (const Kernels* k : all_tables())
+      for (int nk = 1; nk <= 8; ++nk) {
+        float out[8];
+        k->dot_f16_single_keys(nk, n, keys.data(), stride, q.data(), out);
+        for (int j = 0; j < nk; ++j)
+          EXPECT_EQ(bits(out[j]), bits(k->dot_f16_single(n, keys.data() + j * stride, q.data())))
+              << k->name << " n=" << n << " keys " << nk << " key " << j;
+      }
+  }
+}
+
 TEST(Kernels, EightRowInterleavedQ4_0DotsEqualSingleOnes) {
   // Every (row, activation row) of the eight-row kernel equals the single-row interleaved dot, for 1 to 8
   // activation rows, block counts odd and even.

@@ -522,6 +522,7 @@ const Kernels* avx2_kernels() {
       .dot_f32 = dot_f32,
       .dot_f32_single = dot_f32_single,
       .dot_f16_single = dot_f16_single,
+      .dot_f16_single_keys = keys_one_by_one<dot_f16_single>,
       .dot_bf16_single = dot_bf16_single,
       .dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8,
       .dot8_q4_0_q8_0_x8 = dot8_q4_0_q8_0_x8,

@@ -193,6 +193,51 @@ DF_AVX512 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const Bloc
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
 }
 
+// dot_f16_single of up to eight keys side by side. The AVX2 order keeps four 8-lane accumulators a key, for elements
+// 32i + 8j .. +7 (j = 0..3), and ends (acc0 + acc2) + (acc1 + acc3); here one 16-lane register holds acc0 and acc1,
+// another acc2 and acc3, so the same multiply-adds run lane for lane and (acc01 + acc23) then its halves' sum is the
+// same ending. The query is widened once.
+template <int K>
+DF_AVX512 inline void f16_single_keys(int64_t n, const uint16_t* k, int64_t stride, const uint16_t* a, float* out) {
+  alignas(64) float q[1024];
+  const int64_t whole = n / 32 * 32;
+  for (int64_t i = 0; i < whole; i += 16)
+    _mm512_store_ps(q + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))));
+  __m512 lo[K], hi[K];
+  for (int j = 0; j < K; ++j) lo[j] = hi[j] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < whole; i += 32) {
+    const __m512 qa = _mm512_load_ps(q + i), qb = _mm512_load_ps(q + i + 16);
+    for (int j = 0; j < K; ++j) {
+      const uint16_t* kj = k + j * stride + i;
+      lo[j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kj))), qa, lo[j]);
+      hi[j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kj + 16))), qb, hi[j]);
+    }
+  }
+  for (int j = 0; j < K; ++j) {
+    const __m512 s = _mm512_add_ps(lo[j], hi[j]);
+    alignas(32) float l[8];
+    _mm256_store_ps(l, _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1))));
+    double sum = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));  // the AVX2 table's lane sum
+    const uint16_t* kj = k + j * stride;
+    for (int64_t i = whole; i < n; ++i) sum += double(h2f(kj[i]) * h2f(a[i]));
+    out[j] = float(sum);
+  }
+}
+
+DF_AVX512 void dot_f16_single_keys(int n_keys, int64_t n, const uint16_t* k, int64_t stride, const uint16_t* a,
+                                   float* out) {
+  switch (n_keys) {
+    case 1: return f16_single_keys<1>(n, k, stride, a, out);
+    case 2: return f16_single_keys<2>(n, k, stride, a, out);
+    case 3: return f16_single_keys<3>(n, k, stride, a, out);
+    case 4: return f16_single_keys<4>(n, k, stride, a, out);
+    case 5: return f16_single_keys<5>(n, k, stride, a, out);
+    case 6: return f16_single_keys<6>(n, k, stride, a, out);
+    case 7: return f16_single_keys<7>(n, k, stride, a, out);
+    default: return f16_single_keys<8>(n, k, stride, a, out);
+  }
+}
+
 DF_AVX512 void dot8_q4_0_q8_0_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], int nt,
                                  float* out) {
   switch (nt) {
@@ -237,6 +282,7 @@ const Kernels* avx512_kernels() {
     k.dot4_q8_0_q8_0 = dot4_q8_0_q8_0;
     k.dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8;
     k.dot8_q4_0_q8_0_x8 = dot8_q4_0_q8_0_x8;
+    k.dot_f16_single_keys = dot_f16_single_keys;
     k.dot_q2_k_q8_k = avx512::dot_q2_k_q8_k;
     k.dot_q3_k_q8_k = avx512::dot_q3_k_q8_k;
     k.dot_q4_k_q8_k = avx512::dot_q4_k_q8_k;

@@ -13,6 +13,12 @@ inline float lanes8_sum(const float l[8]) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
+// dot_f16_single_keys as one dot_f16_single call a key (the tables without a wider kernel).
+template <float (*Dot)(int64_t, const uint16_t*, const uint16_t*)>
+void keys_one_by_one(int n_keys, int64_t n, const uint16_t* k, int64_t stride, const uint16_t* a, float* out) {
+  for (int j = 0; j < n_keys; ++j) out[j] = Dot(n, k + j * stride, a);
+}
+
 // The K-quant entries of each table (kernels_kquant_*.cpp), joined into the tables by kernels_*.cpp (the AVX-512
 // table takes the AVX2 Q8_K quantization).
 namespace scalar {

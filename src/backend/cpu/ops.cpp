@@ -295,8 +295,12 @@ int64_t first_key(const AttentionArgs& a, int64_t last) {
 void attend_f16(const Kernels& k, const AttentionArgs& a, const uint16_t* q16, int g, int64_t j0, int64_t j1,
                 uint16_t* acc16, float& m, float& s_sum) {
   const int64_t kv_k = int64_t(a.n_head_kv) * a.head_dim_k, kv_v = int64_t(a.n_head_kv) * a.head_dim_v;
+  float scores[8];  // the next keys' dot products, computed side by side (they do not depend on the running state)
   for (int64_t j = j0; j < j1; ++j) {
-    const float s = k.dot_f16_single(a.head_dim_k, a.k + j * kv_k + int64_t(g) * a.head_dim_k, q16) * a.scale;
+    if ((j - j0) % 8 == 0)
+      k.dot_f16_single_keys(int(std::min<int64_t>(8, j1 - j)), a.head_dim_k,
+                            a.k + j * kv_k + int64_t(g) * a.head_dim_k, kv_k, q16, scores);
+    const float s = scores[(j - j0) % 8] * a.scale;
     float ms = 1.0f, vs = 1.0f;
     if (s > m) {
       const float m_old = m;

@@ -71,6 +71,10 @@ struct Kernels {
   // dot_f32_single's order on halves (ggml_vec_dot_f16), its tail summed in double: attention's scores, and f16
   // products with one activation row.
   float (*dot_f16_single)(int64_t n, const uint16_t* w, const uint16_t* a);
+  // dot_f16_single of up to 8 keys (key j at k + j * stride) with one row a: out[j] bit for bit
+  // dot_f16_single(n, k + j * stride, a). One query's attention scores its keys eight at a time, side by side.
+  void (*dot_f16_single_keys)(int n_keys, int64_t n, const uint16_t* k, int64_t stride, const uint16_t* a,
+                              float* out);
   // bf16 products with one activation row (ggml_vec_dot_bf16): dot_f32_single's steps, the lanes then summed as
   // the 8-lane orders are, and its tail summed in double.
   float (*dot_bf16_single)(int64_t n, const uint16_t* w, const uint16_t* a);
