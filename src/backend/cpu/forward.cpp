@@ -26,8 +26,10 @@ void rope_cache_attend(Context& ctx, const model::ModelSpec& s, KvCache& kv, uin
   const int64_t qd = s.q_dim(), kd = s.kv_dim_k(), vd = s.kv_dim_v();
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = kv.n_past + t;
-    rope(q + t * qd, int(s.n_head), hk, int(s.n_rot), pos, s.rope_base, s.rope_style);
-    rope(k + t * kd, int(s.n_head_kv), hk, int(s.n_rot), pos, s.rope_base, s.rope_style);
+    RopeAngles angles;
+    rope_angles(int(s.n_rot), pos, s.rope_base, nullptr, angles);
+    rope_rotate(q + t * qd, int(s.n_head), hk, int(s.n_rot), s.rope_style, angles);
+    rope_rotate(k + t * kd, int(s.n_head_kv), hk, int(s.n_rot), s.rope_style, angles);
     ctx.kernels->to_f16(k + t * kd, kv.k_at(il, uint32_t(pos)), kd);
     ctx.kernels->to_f16(v + t * vd, kv.v_at(il, uint32_t(pos)), vd);
   }

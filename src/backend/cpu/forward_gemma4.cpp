@@ -148,7 +148,9 @@ void Gemma4Forward::attention(const model::LayerWeights& lw, uint32_t il, int64_
     const int64_t pos = kv.n_past + t;
     float* q = b_.q.data() + t * qd;
     for (int h = 0; h < H; ++h) rms_norm(q + h * D, lw.q_norm.f32(), D, eps, q + h * D);
-    rope(q, H, D, int(l.n_rot), pos, l.rope_base, model::RopeStyle::kNeox, ff);
+    RopeAngles angles;  // q's and k's
+    rope_angles(int(l.n_rot), pos, l.rope_base, ff, angles);
+    rope_rotate(q, H, D, int(l.n_rot), model::RopeStyle::kNeox, angles);
     if (!own_kv) continue;
     float* k = b_.k.data() + t * kd;
     float* v = b_.v.data() + t * kd;
@@ -157,7 +159,7 @@ void Gemma4Forward::attention(const model::LayerWeights& lw, uint32_t il, int64_
       rms_norm(k + h * D, lw.k_norm.f32(), D, eps, k + h * D);
       rms_norm(v + h * D, nullptr, D, eps, v + h * D);
     }
-    rope(k, Hkv, D, int(l.n_rot), pos, l.rope_base, model::RopeStyle::kNeox, ff);
+    rope_rotate(k, Hkv, D, int(l.n_rot), model::RopeStyle::kNeox, angles);
     ctx_.kernels->to_f16(k, kv.k_at(il, uint32_t(pos)), kd);
     ctx_.kernels->to_f16(v, kv.v_at(il, uint32_t(pos)), kd);
   }

@@ -481,6 +481,11 @@ DF_AVX2 void mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
   for (; i < n; ++i) y[i] = f2h(std::fma(h2f(x[i]), v, h2f(y[i])));
 }
 
+DF_AVX2 void rope_rotate(int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn,
+                         float* x) {
+  rope_rotate_pairs(n_heads, head_dim, n_rot, neox, cs, sn, x);
+}
+
 DF_AVX2 void scale_f16(int64_t n, uint16_t* y, float v) {
   const __m256 vv = _mm256_set1_ps(v);
   int64_t i = 0;
@@ -528,12 +533,14 @@ const Kernels* avx2_kernels() {
       .dot8_q4_0_q8_0_x8 = dot8_q4_0_q8_0_x8,
       .dot_iq4_nl_q8_0_x8 = dot_iq4_nl_q8_0_x8,
       .dot_q4_k_q8_k_x8 = avx2::dot_q4_k_q8_k_x8,
+      .dotn_q4_k_q8_k_x8 = acts_one_by_one<BlockQ4_K, BlockQ8_K, avx2::dot_q4_k_q8_k_x8>,
       .dot4_q4_k_q8_k_x8 = avx2::dot4_q4_k_q8_k_x8,
       .swiglu = swiglu,
       .silu = silu,
       .mad_f32 = mad_f32,
       .tile_scores_f16 = tile_scores_f16,
       .tile_accumulate_f16 = tile_accumulate_f16,
+      .rope_rotate = rope_rotate,
       .mad_f16 = mad_f16,
       .scale_f16 = scale_f16,
   };

@@ -1,6 +1,8 @@
 // Pieces shared by the kernel tables of different instruction sets.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <string_view>
 #include <utility>
 
@@ -17,6 +19,26 @@ inline float lanes8_sum(const float l[8]) {
 template <float (*Dot)(int64_t, const uint16_t*, const uint16_t*)>
 void keys_one_by_one(int n_keys, int64_t n, const uint16_t* k, int64_t stride, const uint16_t* a, float* out) {
   for (int j = 0; j < n_keys; ++j) out[j] = Dot(n, k + j * stride, a);
+}
+
+// Kernels::rope_rotate's loop, for every table (compiled inside each table's target, where fma is an instruction).
+__attribute__((always_inline)) inline void rope_rotate_pairs(int n_heads, int head_dim, int n_rot, bool neox,
+                                                             const float* cs, const float* sn, float* x) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* xh = x + int64_t(h) * head_dim;
+    for (int i = 0; i < n_rot / 2; ++i) {
+      const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+      const float x0 = xh[a], x1 = xh[b];
+      xh[a] = std::fma(x0, cs[i], -(x1 * sn[i]));
+      xh[b] = std::fma(x0, sn[i], x1 * cs[i]);
+    }
+  }
+}
+
+// A one-row dot of nt activation rows as one call each (the tables without a wider kernel).
+template <typename W, typename A, float (*Dot)(int64_t, const W*, const A*)>
+void acts_one_by_one(int64_t n, const W* w, const A* const a[], int nt, float* out) {
+  for (int t = 0; t < nt; ++t) out[t] = Dot(n, w, a[t]);
 }
 
 // The K-quant entries of each table (kernels_kquant_*.cpp), joined into the tables by kernels_*.cpp (the AVX-512
@@ -48,6 +70,7 @@ float dot_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);
 float dot_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a);
 float dot_q4_k_q8_k(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float dot_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
+void dotn_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[], int nt, float* out);
 void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]);
 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);

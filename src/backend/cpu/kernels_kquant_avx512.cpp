@@ -178,6 +178,28 @@ DF_AVX512 float dot_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K*
   return s - sm;
 }
 
+// dot_q4_k_q8_k_x8's steps for each activation row, the block's codes, scales and mins unpacked once for all.
+DF_AVX512 void dotn_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[], int nt, float* out) {
+  float s[8] = {}, sm[8] = {};
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ4_K& x = w[b];
+    const ScalesMins scm = scales_mins(x.scales);
+    __m512i q[4], sc[4];
+    for (int j = 0; j < 4; ++j) q[j] = q4_codes(x, j), sc[j] = scales32(scm.sc[2 * j], scm.sc[2 * j + 1]);
+    const float dw = h2f(x.d), mw = h2f(x.dmin);
+    for (int t = 0; t < nt; ++t) {
+      const BlockQ8_K& y = a[t][b];
+      __m512i sumi = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dp(q[j], load512(y.qs + 64 * j)), sc[j]));
+      alignas(16) int32_t ml[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(ml), min_lanes(scm, y));
+      s[t] = std::fma(float(_mm512_reduce_add_epi32(sumi)), dw * y.d, s[t]);
+      sm[t] = std::fma(float((ml[0] + ml[1]) + (ml[2] + ml[3])), mw * y.d, sm[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) out[t] = s[t] - sm[t];
+}
+
 DF_AVX512 void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]) {
   float s[4] = {}, sm[4] = {};
   for (int64_t b = 0; b < n / kQK_K; ++b) {

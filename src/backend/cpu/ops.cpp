@@ -216,6 +216,18 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
           }
           for (int i = 0; i < 4; ++i) jb.y[(t + i) * w.rows + r] = out[i];
         }
+      // Q4_K rows in the one-row order for each token (routed experts, a batch's last rows): up to eight tokens
+      // against one unpacked row (equal to dot_row calls).
+      if (w.type == GgmlType::Q4_K && order.x8)
+        while (jb.n_tok - t >= 2) {
+          const int nt = int(std::min<int64_t>(8, jb.n_tok - t));
+          const BlockQ8_K* a8[8];
+          for (int i = 0; i < nt; ++i) a8[i] = reinterpret_cast<const BlockQ8_K*>(act + (t + i) * arb);
+          float out[8];
+          k.dotn_q4_k_q8_k_x8(w.cols, reinterpret_cast<const BlockQ4_K*>(wr), a8, nt, out);
+          for (int i = 0; i < nt; ++i) jb.y[(t + i) * w.rows + r] = out[i];
+          t += nt;
+        }
       for (; t < jb.n_tok; ++t) jb.y[t * w.rows + r] = dot_row(k, w.type, order, w.cols, wr, act + t * arb);
     }
   });
@@ -233,31 +245,28 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * weight[i];
 }
 
-void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float base, model::RopeStyle style,
-          const float* freq_factors) {
+void rope_angles(int n_rot, int64_t pos, float base, const float* freq_factors, RopeAngles& out) {
   // cos/sin per pair, the angle advanced by repeated multiplication as ggml's rope cache does.
-  float cs[1024], sn[1024];
-  DF_CHECK(n_rot / 2 <= 1024);
+  DF_CHECK(n_rot / 2 <= kMaxRopePairs);
   const float theta_scale = std::pow(base, -2.0f / float(n_rot));
   float theta = float(pos);
   for (int i = 0; i < n_rot / 2; ++i) {
     const float t = freq_factors ? theta / freq_factors[i] : theta;
-    cs[i] = std::cos(t);
-    sn[i] = std::sin(t);
+    out.cs[i] = std::cos(t);
+    out.sn[i] = std::sin(t);
     theta *= theta_scale;
   }
-  for (int h = 0; h < n_heads; ++h) {
-    float* xh = x + int64_t(h) * head_dim;
-    for (int i = 0; i < n_rot / 2; ++i) {
-      const int a = style == model::RopeStyle::kNormal ? 2 * i : i;
-      const int b = style == model::RopeStyle::kNormal ? 2 * i + 1 : i + n_rot / 2;
-      // llama.cpp's build fuses the first product of each expression with the sum (GCC contracts a * b - c * d
-      // to fma(a, b, -(c * d))).
-      const float x0 = xh[a], x1 = xh[b];
-      xh[a] = std::fma(x0, cs[i], -(x1 * sn[i]));
-      xh[b] = std::fma(x0, sn[i], x1 * cs[i]);
-    }
-  }
+}
+
+void rope_rotate(float* x, int n_heads, int head_dim, int n_rot, model::RopeStyle style, const RopeAngles& a) {
+  best_kernels().rope_rotate(n_heads, head_dim, n_rot, style == model::RopeStyle::kNeox, a.cs, a.sn, x);
+}
+
+void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float base, model::RopeStyle style,
+          const float* freq_factors) {
+  RopeAngles a;
+  rope_angles(n_rot, pos, base, freq_factors, a);
+  rope_rotate(x, n_heads, head_dim, n_rot, style, a);
 }
 
 void get_row(const model::Mat& w, int64_t row, float* out) { dequantize_row(w.type, w.row(row), w.cols, out); }

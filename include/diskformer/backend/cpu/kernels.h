@@ -86,6 +86,10 @@ struct Kernels {
   void (*dot8_q4_0_q8_0_x8)(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], int nt, float* out);
   float (*dot_iq4_nl_q8_0_x8)(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
   float (*dot_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
+  // dot_q4_k_q8_k_x8 of one row with nt (<= 8) activation rows: out[t] bit for bit dot_q4_k_q8_k_x8(n, w, a[t]), the
+  // row's codes and scales unpacked once for all of them (routed experts' rows take the one-row order for each
+  // token, as llama.cpp computes them).
+  void (*dotn_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[], int nt, float* out);
   // Four activation rows against one Q4_K row in the order of llama.cpp's batched 8-row kernel (gemm): as the x8
   // order, but one fused multiply-add per 64 elements (two sub-blocks) instead of per 256.
   void (*dot4_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]);
@@ -104,6 +108,12 @@ struct Kernels {
   // element's chain in a lane of its own.
   void (*tile_scores_f16)(int64_t n, int64_t dim, const uint16_t* k, int64_t stride, const float* q, float* out);
   void (*tile_accumulate_f16)(int64_t n, int64_t dim, const uint16_t* v, int64_t stride, const float* p, float* acc);
+
+  // RoPE's rotation of the first n_rot dimensions of n_heads heads of head_dim floats by the pairs' cos and sin
+  // (pairs (2i, 2i + 1), or (i, i + n_rot / 2) for neox): x_a = fma(x_a, cos, -(x_b * sin)), x_b = fma(x_a, sin,
+  // x_b * cos), the products fused as llama.cpp's build fuses them. The same in every table; the SIMD ones have
+  // the fused multiply-add as an instruction rather than a library call.
+  void (*rope_rotate)(int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn, float* x);
 
   // Half-precision accumulators of attention: y[i] = f16(fma(x[i], v, y[i])) and y[i] = f16(y[i] * v).
   void (*mad_f16)(int64_t n, uint16_t* y, const uint16_t* x, float v);

@@ -54,6 +54,15 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float base, model::RopeStyle style,
           const float* freq_factors = nullptr);
 
+// rope in two steps, so that the heads of q and k at one position share the angles: the cosines and sines of the
+// n_rot / 2 (<= kMaxRopePairs) pairs at pos, then the rotation by them.
+constexpr int kMaxRopePairs = 1024;
+struct RopeAngles {
+  float cs[kMaxRopePairs], sn[kMaxRopePairs];
+};
+void rope_angles(int n_rot, int64_t pos, float base, const float* freq_factors, RopeAngles& out);
+void rope_rotate(float* x, int n_heads, int head_dim, int n_rot, model::RopeStyle style, const RopeAngles& a);
+
 // Row `row` of an embedding table, dequantized to floats ([w.cols]).
 void get_row(const model::Mat& w, int64_t row, float* out);
 
