@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/exp_approx.h"
 #include "diskformer/backend/cpu/dequant.h"
 #include "diskformer/backend/cpu/kernels.h"
 #include "diskformer/backend/cpu/ops.h"
@@ -372,6 +373,22 @@ TEST(Kernels, TiledAttentionScoresAndValuesMatchScalar) {
           EXPECT_EQ(bits(got_acc[size_t(d)]), bits(want_acc[size_t(d)])) << k->name << " element " << d;
       }
     }
+}
+
+TEST(Kernels, ShiftedExponentialsEqualTheScalarOnes) {
+  // exp_approx_f32(x - m) over 8-element steps, masked (-inf) and underflowing inputs included.
+  std::vector<float> x = randn(256, 41);
+  for (size_t i = 0; i < x.size(); ++i) x[i] *= 30.0f;
+  x[3] = -INFINITY;
+  x[17] = -200.0f;
+  const float m = 4.5f;
+  std::vector<float> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = exp_approx_f32(x[i] - m);
+  for (const Kernels* k : all_tables()) {
+    std::vector<float> got(x.size());
+    k->exp_shifted(int64_t(x.size()), x.data(), m, got.data());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(bits(got[i]), bits(want[i])) << k->name << " element " << i;
+  }
 }
 
 TEST(Kernels, KeysScoredTogetherEqualOneByOne) {

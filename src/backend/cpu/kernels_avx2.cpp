@@ -481,6 +481,11 @@ DF_AVX2 void mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
   for (; i < n; ++i) y[i] = f2h(std::fma(h2f(x[i]), v, h2f(y[i])));
 }
 
+DF_AVX2 void exp_shifted(int64_t n, const float* x, float m, float* y) {
+  const __m256 mm = _mm256_set1_ps(m);
+  for (int64_t i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, exp_approx8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mm)));
+}
+
 DF_AVX2 void rope_rotate(int n_heads, int head_dim, int n_rot, bool neox, const float* cs, const float* sn,
                          float* x) {
   rope_rotate_pairs(n_heads, head_dim, n_rot, neox, cs, sn, x);
@@ -537,6 +542,7 @@ const Kernels* avx2_kernels() {
       .dot4_q4_k_q8_k_x8 = avx2::dot4_q4_k_q8_k_x8,
       .swiglu = swiglu,
       .silu = silu,
+      .exp_shifted = exp_shifted,
       .mad_f32 = mad_f32,
       .tile_scores_f16 = tile_scores_f16,
       .tile_accumulate_f16 = tile_accumulate_f16,

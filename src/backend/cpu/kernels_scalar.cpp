@@ -257,6 +257,10 @@ void silu(int64_t n, const float* x, float* y) {
   for (int64_t i = whole; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
+void exp_shifted(int64_t n, const float* x, float m, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = exp_approx_f32(x[i] - m);
+}
+
 void mad_f32(int64_t n, float* y, const float* x, float v) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
 }
@@ -320,6 +324,7 @@ const Kernels& scalar_kernels() {
       .dot4_q4_k_q8_k_x8 = scalar::dot4_q4_k_q8_k_x8,
       .swiglu = swiglu,
       .silu = silu,
+      .exp_shifted = exp_shifted,
       .mad_f32 = mad_f32,
       .tile_scores_f16 = tile_scores_f16,
       .tile_accumulate_f16 = tile_accumulate_f16,

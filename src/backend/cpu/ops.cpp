@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/exp_approx.h"
 #include "backend/cpu/kernels_impl.h"
 #include "diskformer/backend/cpu/dequant.h"
 #include "diskformer/util/check.h"
@@ -280,10 +279,8 @@ void softmax(float* x, int64_t n) {
   // tail (libm's expf) in double; then one multiply by the rounded reciprocal.
   double sum = 0.0;
   const int64_t whole = n / 8 * 8;
-  for (int64_t i = 0; i < whole; i += 8) {
-    for (int64_t j = i; j < i + 8; ++j) x[j] = exp_approx_f32(x[j] - mx);
-    sum += double(lanes8_sum(x + i));
-  }
+  best_kernels().exp_shifted(whole, x, mx, x);
+  for (int64_t i = 0; i < whole; i += 8) sum += double(lanes8_sum(x + i));
   for (int64_t i = whole; i < n; ++i) {
     x[i] = std::exp(x[i] - mx);
     sum += double(x[i]);
@@ -355,10 +352,8 @@ void attend_tiled(const Kernels& k, const AttentionArgs& a, int64_t t, int h, fl
     }
     m = m_new;
     double sum = 0.0;
-    for (int64_t i = 0; i < kKeyTile; i += 8) {
-      for (int64_t j = i; j < i + 8; ++j) p[j] = exp_approx_f32(p[j] - m);
-      sum += double(lanes8_sum(p + i));
-    }
+    k.exp_shifted(kKeyTile, p, m, p);
+    for (int64_t i = 0; i < kKeyTile; i += 8) sum += double(lanes8_sum(p + i));
     s_sum = float(double(s_sum) + sum);
     k.tile_accumulate_f16(j1 - j0, a.head_dim_v, a.v + j0 * kv_v + int64_t(g) * a.head_dim_v, kv_v, p + (j0 - c0), acc);
   }

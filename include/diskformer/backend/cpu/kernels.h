@@ -99,6 +99,9 @@ struct Kernels {
   void (*swiglu)(int64_t n, const float* gate, const float* up, float* y);
   // y[i] = silu(x[i]) over one row of n, in swiglu's order (llama.cpp's SIMD SiLU).
   void (*silu)(int64_t n, const float* x, float* y);
+  // y[i] = exp_approx_f32(x[i] - m) for n a multiple of 8 (y may be x): the exponentials of llama.cpp's SIMD softmax
+  // and tiled attention.
+  void (*exp_shifted)(int64_t n, const float* x, float m, float* y);
   // y[i] = fma(x[i], v, y[i]) (ggml_vec_mad_f32): the delta rule's rank-one updates of its state.
   void (*mad_f32)(int64_t n, float* y, const float* x, float v);
 
