@@ -246,15 +246,10 @@ DF_AVX2 inline __m256 row_scales8(const BlockQ4_0* const w[8], int64_t b) {
 
 template <int NT>
 DF_AVX2 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], float* out) {
-  const ptrdiff_t stride = reinterpret_cast<const char*>(w[1]) - reinterpret_cast<const char*>(w[0]);
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK; ++b) {
-    // The next eight rows by hand, as in the AVX-512 table (the hardware prefetcher does not follow this pattern).
-    const char* next = reinterpret_cast<const char*>(w[7]) + stride + b * 144;
-    _mm_prefetch(next, _MM_HINT_T0);
-    _mm_prefetch(next + 64, _MM_HINT_T0);
-    _mm_prefetch(next + 128, _MM_HINT_T0);
+    prefetch_next_rows8(w, b);
     __m256i x[8];
     for (int i = 0; i < 8; ++i) x[i] = unpack_q4_0(w[i][b].qs);
     const __m256 dw = row_scales8(w, b);

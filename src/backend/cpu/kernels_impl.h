@@ -1,7 +1,10 @@
 // Pieces shared by the kernel tables of different instruction sets.
 #pragma once
 
+#include <xmmintrin.h>
+
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <utility>
@@ -19,6 +22,18 @@ inline float lanes8_sum(const float l[8]) {
 template <float (*Dot)(int64_t, const uint16_t*, const uint16_t*)>
 void keys_one_by_one(int n_keys, int64_t n, const uint16_t* k, int64_t stride, const uint16_t* a, float* out) {
   for (int j = 0; j < n_keys; ++j) out[j] = Dot(n, k + j * stride, a);
+}
+
+// The eight-row q4_0 kernels read eight rows block by block side by side, a pattern the hardware prefetcher does not
+// follow (from DRAM it ran at a third of one row's speed): block b's step fetches the next eight rows' bytes of that
+// step (144 = 8 x 18) by hand, assuming the rows are one run with w[1] - w[0] between them (where they are not, the
+// addresses are merely useless).
+inline void prefetch_next_rows8(const BlockQ4_0* const w[8], int64_t b) {
+  const std::ptrdiff_t stride = reinterpret_cast<const char*>(w[1]) - reinterpret_cast<const char*>(w[0]);
+  const char* next = reinterpret_cast<const char*>(w[7]) + stride + b * 144;
+  _mm_prefetch(next, _MM_HINT_T0);
+  _mm_prefetch(next + 64, _MM_HINT_T0);
+  _mm_prefetch(next + 128, _MM_HINT_T0);
 }
 
 // Kernels::rope_rotate's loop, for every table (compiled inside each table's target, where fma is an instruction).

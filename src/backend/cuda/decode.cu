@@ -578,7 +578,7 @@ void decode_matvec(const DecodeMatvecArgs& a) {
   MvParams p{};
   p.n_parts = a.n_parts;
   p.cols = w0.cols;
-  p.x_q8 = a.norm != nullptr ? nullptr : a.x_q8;
+  p.x_q8 = a.x_q8;  // null where norm is set (checked above)
   p.x = a.x;
   p.norm = a.norm;
   p.eps = a.eps;
