@@ -286,6 +286,10 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   line("norms", r.norms);
   line("routers", r.routers);
   line("dense FFN", r.dense_ffn);
+  if (p.ple_table_on_host)
+    std::printf("  %-28s %14s  rows read from pinned host RAM\n", "per-layer embeddings", "0");
+  else if (r.ple_table)
+    line("per-layer embeddings", r.ple_table);
   line("KV cache", r.kv_cache);
   line("work buffers", r.work);
   line("margin", r.margin);

@@ -1,12 +1,14 @@
 // gemma4 in the engine: the per-layer embedding table's place under a RAM budget (resident where it fits after
-// the layers, else a warmed row cache), the same tokens either way, the warm-up's id ranges, and a CUDA run
-// refused at open (the CUDA forward has no gemma4 graph yet).
+// the layers, else a warmed row cache), the same tokens either way, the warm-up's id ranges, and the GPU plan (the
+// table leaves the GPU first; the fused gate_up experts count in the records).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "diskformer/backend/cuda/plan.h"
 #include "diskformer/engine/model.h"
+#include "diskformer/engine/model_files.h"
 #include "diskformer/engine/row_warmup.h"
 #include "diskformer/sampling/sampler.h"
 #include "support/cli_run.h"
@@ -90,13 +92,43 @@ TEST(Gemma4Engine, WarmRowsAreLowIdsAndSingleCharacterBlocks) {
   EXPECT_TRUE(engine::warm_row_ranges(none, rows, 0).empty());
 }
 
-TEST(Gemma4Engine, CudaIsRefusedAtOpenWithOneLine) {
-  DF_REQUIRE_SHARED(path, "models/gemma4-moe-q8_0.gguf");
-  auto m = Model::open(path.string(), {.n_ctx = 128, .threads = 1, .backend = engine::Backend::kCuda});
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.error().message.find("the CUDA backend does not run gemma4 models yet"), std::string::npos)
-      << m.error().message;
-  EXPECT_EQ(m.error().message.find('\n'), std::string::npos);
+TEST(Gemma4Engine, GpuPlanMovesThePerLayerTableToHostRamFirst) {
+  DF_REQUIRE_SHARED(e2b, "models/gemma4-e2b-q8_0.gguf");
+  auto f = engine::open_model_files(e2b.string());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  const auto& mf = **f;
+  EXPECT_FALSE(cuda::cuda_unsupported(mf.spec).has_value());
+  auto all = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts, {.n_ctx = 256, .max_batch = 64});
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  const uint64_t table = mf.tensors.ple_table->n_bytes;
+  EXPECT_GE(all->resident.ple_table, table);
+  EXPECT_FALSE(all->ple_table_on_host);
+  // A budget short of the table's bytes: the table in pinned host RAM, everything else resident (a dense model).
+  auto less = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts,
+                             {.budget = all->total_bytes() - table / 2, .n_ctx = 256, .max_batch = 64});
+  ASSERT_TRUE(less.ok()) << less.error().message;
+  EXPECT_TRUE(less->ple_table_on_host);
+  EXPECT_EQ(less->resident.ple_table, 0u);
+  EXPECT_NE(less->describe().find("per-layer embeddings in pinned host RAM"), std::string::npos) << less->describe();
+  // Less than the rest: refused with the numbers (dense models do not stream on the GPU).
+  auto none = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts,
+                             {.budget = less->total_bytes() / 2, .n_ctx = 256, .max_batch = 64});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("dense models do not stream"), std::string::npos) << none.error().message;
+
+  DF_REQUIRE_SHARED(moe, "models/gemma4-moe-q8_0.gguf");
+  auto g = engine::open_model_files(moe.string());
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  const auto& mg = **g;
+  auto full = cuda::plan_gpu(mg.spec, mg.tensors, mg.layouts, {.n_ctx = 256, .max_batch = 64});
+  ASSERT_TRUE(full.ok()) << full.error().message;
+  uint64_t experts = 0;
+  for (const auto& l : mg.tensors.layers) experts += l.gate_up_exps->n_bytes + l.down_exps->n_bytes;
+  EXPECT_GE(full->experts_bytes, experts);
+  // Streaming: a record holds one expert's gate and up halves and its down rows.
+  const auto& x = mg.layouts.experts[0];
+  EXPECT_EQ(full->record_bytes, cache::plane_slot_bytes(cuda::expert_planes(mg.layouts)));
+  EXPECT_GE(full->record_bytes, x.gate.bytes() + x.up.bytes() + x.down.bytes());
 }
 
 // The commands report the row cache: run's stats line, bench --json's row fields, inspect's per-layer spec.
@@ -124,8 +156,8 @@ TEST(Gemma4Engine, CommandsReportTheRowCache) {
   EXPECT_NE(inspect.out.find("spec: gemma4, 10 layers"), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("layer 3"), std::string::npos) << inspect.out;
   const CliRun plan = run_cli_capture("inspect -m " + path.string() + " --gpu-budget 1G");
-  EXPECT_EQ(plan.status, 1);
-  EXPECT_NE(plan.err.find("does not run gemma4 models yet"), std::string::npos) << plan.err;
+  EXPECT_EQ(plan.status, 0) << plan.err;
+  EXPECT_NE(plan.out.find("per-layer embeddings"), std::string::npos) << plan.out;
 }
 
 }  // namespace

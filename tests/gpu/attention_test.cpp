@@ -37,7 +37,10 @@ struct AttnCase {
   float q_range = 2.0f;  // q uniform in +-q_range: 8 gives peaked softmaxes whose maximum moves often
   bool work = true;      // pass a workspace (the split over positions); false: one part per sequence
   int64_t spare = 37;    // cache positions past the sequence (filled with NaN)
+  int64_t window = 0;    // > 0: a sliding-window layer's last `window` positions
 };
+
+int64_t first_key(const AttnCase& c, int64_t last) { return c.window > 0 ? std::max<int64_t>(0, last - c.window + 1) : 0; }
 
 cpu::ThreadPool& pool() {
   static cpu::ThreadPool p(int(std::max(1u, std::thread::hardware_concurrency())));
@@ -72,7 +75,8 @@ AttnData make_data(const AttnCase& c, uint32_t seed) {
   return d;
 }
 
-// The exact result (double) of (token t, head h), t in `tokens`: softmax(scale * q16 . k) over positions 0 .. pos[t].
+// The exact result (double) of (token t, head h), t in `tokens`: softmax(scale * q16 . k) over positions 0 .. pos[t]
+// (the window's only where the case has one).
 std::vector<double> exact_attention(const AttnCase& c, const AttnData& d, float scale,
                                     const std::vector<int64_t>& tokens) {
   std::vector<double> out(tokens.size() * c.n_head * c.hv);
@@ -84,14 +88,15 @@ std::vector<double> exact_attention(const AttnCase& c, const AttnData& d, float 
     std::vector<double> q(c.hk), s(d.pos[t] + 1), o(c.hv, 0.0);
     for (int i = 0; i < c.hk; ++i) q[i] = cpu::f16_to_f32(cpu::f32_to_f16(d.q[(t * c.n_head + h) * c.hk + i]));
     double m = -INFINITY;
-    for (int64_t j = 0; j <= d.pos[t]; ++j) {
+    const int64_t j0 = first_key(c, d.pos[t]);
+    for (int64_t j = j0; j <= d.pos[t]; ++j) {
       double dot = 0;
       for (int i = 0; i < c.hk; ++i) dot += q[i] * cpu::f16_to_f32(d.k16[j * kd + int64_t(g) * c.hk + i]);
       s[j] = double(scale) * dot;
       m = std::max(m, s[j]);
     }
     double sum = 0;
-    for (int64_t j = 0; j <= d.pos[t]; ++j) {
+    for (int64_t j = j0; j <= d.pos[t]; ++j) {
       const double p = std::exp(s[j] - m);
       sum += p;
       for (int i = 0; i < c.hv; ++i) o[i] += p * cpu::f16_to_f32(d.v16[j * vd + int64_t(g) * c.hv + i]);
@@ -114,7 +119,7 @@ std::vector<float> gpu_attention(const AttnCase& c, const AttnData& d, float sca
   cuda::attention({.q = dq.as<float>(), .k = dk.as<uint16_t>(), .v = dv.as<uint16_t>(), .out = dout.as<float>(),
                    .pos = dpos.as<int32_t>(), .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim_k = c.hk,
                    .head_dim_v = c.hv, .n_tok = c.n_tok, .scale = scale, .n_ctx = d.n_ctx,
-                   .work = c.work ? work.as<float>() : nullptr});
+                   .work = c.work ? work.as<float>() : nullptr, .window = c.window});
   DF_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> got(c.n_tok * c.n_head * c.hv);
   dout.download(got.data(), got.size() * 4);
@@ -123,7 +128,7 @@ std::vector<float> gpu_attention(const AttnCase& c, const AttnData& d, float sca
 
 // The batches that run on tensor cores (kernels.h: more than 16 tokens, equal head dims 64/128/256).
 bool tensor_cores(const AttnCase& c) {
-  return c.n_tok > 16 && c.hk == c.hv && (c.hk == 64 || c.hk == 128 || c.hk == 256);
+  return c.n_tok > 16 && c.window == 0 && c.hk == c.hv && (c.hk == 64 || c.hk == 128 || c.hk == 256);
 }
 
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
@@ -138,7 +143,7 @@ TEST_P(CudaAttention, MatchesExactAndCpuAttention) {
   ctx.pool = &pool();
   cpu::attention(ctx, {.q = d.q.data(), .k = d.k16.data(), .v = d.v16.data(), .out = want.data(),
                        .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim_k = c.hk, .head_dim_v = c.hv,
-                       .pos0 = c.pos0, .n_tok = c.n_tok, .scale = scale});
+                       .pos0 = c.pos0, .n_tok = c.n_tok, .scale = scale, .window = c.window});
   std::vector<int64_t> all(c.n_tok);
   std::iota(all.begin(), all.end(), 0);
   const auto exact = exact_attention(c, d, scale, all);
@@ -203,6 +208,18 @@ std::vector<AttnCase> attention_cases() {
   v.push_back({6, 3, 96, 80, 10, 40});
   v.push_back({6, 3, 96, 80, 10, 40, 2.0f, false});
   v.push_back({4, 2, 64, 128, 0, 200});
+  // gemma4's heads of 512 (full layers) and sliding windows (decode, small and large batches, within and past the
+  // window, several parts per window).
+  for (int64_t ctx : {1, 65, 1000}) v.push_back({16, 2, 512, 512, ctx - 1, 1});
+  v.push_back({16, 2, 512, 512, 100, 40});
+  v.push_back({16, 2, 512, 512, 0, 300, 2.0f, false});
+  for (int64_t window : {1, 64, 1024}) {
+    v.push_back({16, 8, 256, 256, 2000, 1, 2.0f, true, 37, window});
+    v.push_back({16, 8, 256, 256, 30, 1, 2.0f, true, 37, window});
+    v.push_back({16, 8, 256, 256, 1500, 40, 2.0f, true, 37, window});
+  }
+  v.push_back({2, 1, 256, 256, 0, 512, 2.0f, true, 37, 64});
+  v.push_back({2, 1, 512, 512, 500, 3, 2.0f, true, 37, 32});
   return v;
 }
 
@@ -212,6 +229,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(attention_ca
   name << "h" << c.n_head << "kv" << c.n_head_kv << "_d" << c.hk << "v" << c.hv << "_pos" << c.pos0 << "_tok"
        << c.n_tok << (c.q_range != 2.0f ? "_peaked" : "") << (c.work ? "" : "_nowork");
   if (c.spare != 37) name << "_ctx" << c.pos0 + c.n_tok + c.spare;
+  if (c.window) name << "_window" << c.window;
   return name.str();
 });
 

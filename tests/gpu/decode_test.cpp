@@ -207,10 +207,12 @@ struct QkCase {
   int n_head, n_head_kv, hk, hv, n_rot;
   int64_t n_tok;
   bool norm;
+  bool v_norm = false;  // gemma4: each value head RMS-normed without a weight
 };
 class DecodeQkRope : public ::testing::TestWithParam<QkCase> {};
 
-// Against rms_norm (per head, in place), rope of q and k and store_kv: q, k and both caches bit for bit.
+// Against rms_norm (per head, in place), rope of q and k and store_kv: q, k and both caches bit for bit; and the
+// queries alone (k null: a layer that reads another layer's cache) as the same q.
 TEST_P(DecodeQkRope, EqualsNormRopeAndStore) {
   DF_REQUIRE_GPU();
   const auto c = GetParam();
@@ -238,7 +240,11 @@ TEST_P(DecodeQkRope, EqualsNormRopeAndStore) {
                 .pos = dpos.as<int32_t>(), .table = dtable.as<float>(), .n_pos = n_ctx, .style = style});
     cuda::rope({.x = k1.as<float>(), .n_tok = c.n_tok, .n_heads = c.n_head_kv, .head_dim = c.hk, .n_rot = c.n_rot,
                 .pos = dpos.as<int32_t>(), .table = dtable.as<float>(), .n_pos = n_ctx, .style = style});
-    cuda::store_kv({.k = k1.as<float>(), .v = dv.as<float>(), .k_cache = kc1.as<uint16_t>(),
+    auto vn = cuda::to_device(v);
+    if (c.v_norm)
+      cuda::rms_norm({.x = vn.as<float>(), .y = vn.as<float>(), .n_rows = c.n_tok * c.n_head_kv, .cols = c.hv,
+                      .eps = 1e-6f});
+    cuda::store_kv({.k = k1.as<float>(), .v = vn.as<float>(), .k_cache = kc1.as<uint16_t>(),
                     .v_cache = vc1.as<uint16_t>(), .pos = dpos.as<int32_t>(), .n_tok = c.n_tok, .dim_k = kd,
                     .dim_v = vd, .n_ctx = n_ctx});
     cuda::qk_norm_rope_store({.q = q2.as<float>(), .k = k2.as<float>(), .v = dv.as<float>(),
@@ -247,8 +253,14 @@ TEST_P(DecodeQkRope, EqualsNormRopeAndStore) {
                               .n_head_kv = c.n_head_kv, .head_dim_k = c.hk, .head_dim_v = c.hv, .n_rot = c.n_rot,
                               .n_tok = c.n_tok, .pos = dpos.as<int32_t>(), .table = dtable.as<float>(),
                               .n_pos = n_ctx, .style = style, .k_cache = kc2.as<uint16_t>(),
-                              .v_cache = vc2.as<uint16_t>(), .n_ctx = n_ctx});
+                              .v_cache = vc2.as<uint16_t>(), .n_ctx = n_ctx, .v_norm = c.v_norm});
+    auto q3 = cuda::to_device(q);
+    cuda::qk_norm_rope_store({.q = q3.as<float>(), .q_norm = c.norm ? dqn.as<float>() : nullptr, .eps = 1e-6f,
+                              .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim_k = c.hk, .head_dim_v = c.hv,
+                              .n_rot = c.n_rot, .n_tok = c.n_tok, .pos = dpos.as<int32_t>(),
+                              .table = dtable.as<float>(), .n_pos = n_ctx, .style = style, .n_ctx = n_ctx});
     const bool neox = style == model::RopeStyle::kNeox;
+    EXPECT_EQ(count_differ(download<float>(q3, q.size()), download<float>(q1, q.size())), 0u) << "q only, neox " << neox;
     EXPECT_EQ(count_differ(download<float>(q2, q.size()), download<float>(q1, q.size())), 0u) << "q neox " << neox;
     EXPECT_EQ(count_differ(download<float>(k2, k.size()), download<float>(k1, k.size())), 0u) << "k neox " << neox;
     EXPECT_EQ(download<uint16_t>(kc2, n_ctx * kd), download<uint16_t>(kc1, n_ctx * kd)) << "k cache neox " << neox;
@@ -258,7 +270,9 @@ TEST_P(DecodeQkRope, EqualsNormRopeAndStore) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DecodeQkRope,
                          ::testing::Values(QkCase{32, 4, 128, 128, 128, 1, true}, QkCase{6, 2, 64, 64, 48, 3, true},
-                                           QkCase{4, 4, 96, 80, 96, 4, false}),
+                                           QkCase{4, 4, 96, 80, 96, 4, false},
+                                           QkCase{16, 2, 512, 512, 512, 2, true, true},
+                                           QkCase{16, 8, 256, 256, 256, 3, true, true}),
                          [](const auto& i) {
                            const QkCase& c = i.param;
                            return "h" + std::to_string(c.n_head) + "kv" + std::to_string(c.n_head_kv) + "_d" +
@@ -287,7 +301,7 @@ MoeReference unfused_moe(const model::Mat& g, const model::Mat& u, const model::
   ua.w = u, ua.expert_stride = us, ua.x = xn.as<float>(), ua.y = up.as<float>();
   cuda::moe_matmul(ga);
   cuda::moe_matmul(ua);
-  cuda::swiglu({.gate = gate.as<float>(), .up = up.as<float>(), .y = gate.as<float>(), .n = n_slots * F});
+  cuda::glu({.gate = gate.as<float>(), .up = up.as<float>(), .y = gate.as<float>(), .n = n_slots * F});
   da.w = d, da.expert_stride = ds, da.x = gate.as<float>(), da.x_per_slot = true, da.y = eo.as<float>();
   cuda::moe_matmul(da);
   cuda::moe_combine({.expert_out = eo.as<float>(), .weights = wts.as<float>(), .out = comb.as<float>(),
@@ -448,7 +462,7 @@ TEST(DecodeThroughput, RoutedExpertsQ4_0) {
   auto unfused = [&](float* residual) {
     cuda::moe_matmul(ga);
     cuda::moe_matmul(ua);
-    cuda::swiglu({.gate = gate.as<float>(), .up = up.as<float>(), .y = gate.as<float>(), .n = K * F});
+    cuda::glu({.gate = gate.as<float>(), .up = up.as<float>(), .y = gate.as<float>(), .n = K * F});
     cuda::moe_matmul(da);
     cuda::moe_combine({.expert_out = eo.as<float>(), .weights = dw.as<float>(), .out = comb.as<float>(), .n_tok = 1,
                        .n_embd = E, .n_used = K});

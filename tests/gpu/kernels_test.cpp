@@ -277,7 +277,7 @@ TEST(CudaKernels, SwigluAndAddMatchCpu) {
   std::vector<float> want(n);
   cpu::swiglu(g.data(), u.data(), n, want.data());
   auto dg = cuda::to_device(g), du = cuda::to_device(u);
-  cuda::swiglu({.gate = dg.as<float>(), .up = du.as<float>(), .y = dg.as<float>(), .n = n});
+  cuda::glu({.gate = dg.as<float>(), .up = du.as<float>(), .y = dg.as<float>(), .n = n});
   auto got = download<float>(dg, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(within_ulps(got[i], want[i], 8)) << i << " " << got[i] << " " << want[i];
 
@@ -286,6 +286,88 @@ TEST(CudaKernels, SwigluAndAddMatchCpu) {
   cuda::add({.x = dx.as<float>(), .y = dg.as<float>(), .n = n});
   auto sum = download<float>(dx, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sum[i], u[i] + got[i]) << i;
+}
+
+// gemma4's steps. GELU: the device's tanhf and libm's differ by an ulp or two before the result is rounded to f16,
+// so a result may land on the neighbouring f16 (2^-11 relative) where the f32 value lies near a rounding boundary;
+// at most 1% of them. The soft cap: tanhf's ulps, with the two products, within 8 ulp. The scales: exact.
+TEST(CudaKernels, Gemma4StepsMatchCpu) {
+  DF_REQUIRE_GPU();
+  const int64_t rows = 5, cols = 1000, n = rows * cols, stride = 3 * cols;
+  auto g = random_floats(n, 71, -12.0f, 12.0f), u = random_floats(n, 72, -3.0f, 3.0f);
+  auto m = random_floats(rows * stride, 73, -2.0f, 2.0f);
+  auto near = [](float got, float want, const char* what, int64_t i, int64_t& flips) {
+    if (got == want) return;
+    ++flips;
+    ASSERT_LE(std::fabs(got - want), std::ldexp(std::fabs(want), -10) + 1e-30f) << what << " " << i;
+  };
+  {  // GeGLU
+    std::vector<float> want(n);
+    cpu::geglu(g.data(), u.data(), n, want.data());
+    auto dg = cuda::to_device(g), du = cuda::to_device(u);
+    cuda::glu({.gate = dg.as<float>(), .up = du.as<float>(), .y = dg.as<float>(), .n = n, .act = cuda::Glu::kGelu});
+    auto got = download<float>(dg, n);
+    int64_t flips = 0;
+    for (int64_t i = 0; i < n; ++i) near(got[i], want[i], "geglu", i, flips);
+    EXPECT_LE(flips, n / 100);
+  }
+  {  // GELU times a strided multiplier, and alone
+    std::vector<float> want(n), alone(n);
+    cpu::gelu(g.data(), n, alone.data());
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t i = 0; i < cols; ++i) want[t * cols + i] = alone[t * cols + i] * m[t * stride + cols + i];
+    auto dg = cuda::to_device(g), dm = cuda::to_device(m);
+    cuda::DeviceBuffer da(n * 4);
+    cuda::gelu({.x = dg.as<float>(), .y = da.as<float>(), .n_rows = rows, .cols = cols});
+    cuda::gelu({.x = dg.as<float>(), .m = dm.as<float>() + cols, .m_stride = stride, .y = dg.as<float>(),
+                .n_rows = rows, .cols = cols});
+    auto got = download<float>(dg, n), got_alone = download<float>(da, n);
+    int64_t flips = 0;
+    for (int64_t i = 0; i < n; ++i) near(got_alone[i], alone[i], "gelu", i, flips);
+    for (int64_t i = 0; i < n; ++i) near(got[i], want[i], "gelu * m", i, flips);
+    EXPECT_LE(flips, n / 50);
+  }
+  {  // scales and the soft cap
+    const float s = 0.37f, cap = 30.0f;
+    auto x = random_floats(n, 74, -100.0f, 100.0f);
+    auto dx = cuda::to_device(x);
+    const std::vector<float> s_host = {1.75f};
+    auto ds = cuda::to_device(s_host);
+    cuda::scale({.x = dx.as<float>(), .n = n, .s = s});
+    cuda::scale({.x = dx.as<float>(), .n = n, .s_dev = ds.as<float>()});
+    auto scaled = download<float>(dx, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(scaled[i], (x[i] * s) * 1.75f) << i;
+    cuda::softcap({.x = dx.as<float>(), .n = n, .cap = cap});
+    auto capped = download<float>(dx, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = std::tanh(scaled[i] * (1.0f / cap)) * cap;
+      ASSERT_TRUE(within_ulps(capped[i], want, 8)) << i << " " << capped[i] << " " << want;
+    }
+  }
+  {  // the router input: norm without a weight, times 1 / sqrt(E), times router_scale (3 ulp, as RmsNormMatchesCpu)
+    auto x = random_floats(n, 75, -4.0f, 4.0f), rs = random_floats(cols, 76, 0.5f, 1.5f);
+    const float inv = 1.0f / std::sqrt(float(cols));
+    std::vector<float> want(n);
+    for (int64_t t = 0; t < rows; ++t) {
+      cpu::rms_norm(x.data() + t * cols, nullptr, cols, 1e-6f, want.data() + t * cols);
+      for (int64_t i = 0; i < cols; ++i) want[t * cols + i] = (want[t * cols + i] * inv) * rs[i];
+    }
+    auto dx = cuda::to_device(x), drs = cuda::to_device(rs);
+    cuda::DeviceBuffer dy(n * 4);
+    cuda::rms_norm({.x = dx.as<float>(), .weight = drs.as<float>(), .y = dy.as<float>(), .n_rows = rows,
+                    .cols = cols, .eps = 1e-6f, .scale = inv});
+    auto got = download<float>(dy, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(within_ulps(got[i], want[i], 3)) << i;
+  }
+  {  // each routing weight times its expert's scale
+    const std::vector<int32_t> ids = {3, 0, 7, 3, 5};
+    const std::vector<float> w = {0.5f, 0.25f, 0.125f, 0.1f, 0.025f};
+    const auto sc = random_floats(8, 77, 0.5f, 2.0f);
+    auto dw = cuda::to_device(w), di = cuda::to_device(ids), dsc = cuda::to_device(sc);
+    cuda::scale_routes({.weights = dw.as<float>(), .ids = di.as<int32_t>(), .scale = dsc.as<float>(), .n = 5});
+    auto got = download<float>(dw, 5);
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(got[i], w[i] * sc[ids[i]]) << i;
+  }
 }
 
 // The CPU engine's routing (Forward::moe_ffn), restated: softmax, stable sort, renormalized top k.

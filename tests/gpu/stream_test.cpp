@@ -19,7 +19,7 @@ namespace df::test {
 namespace {
 
 const char* const kMoeModels[] = {"qwen3moe-q4_0",   "qwen3moe-q8_0",   "mixtral-q4_0",  "qwen3moe-q4_k_m",
-                                  "qwen3moe-q3_k_m", "qwen3moe-iq4_xs", "mixtral-q5_k_m"};
+                                  "qwen3moe-q3_k_m", "qwen3moe-iq4_xs", "mixtral-q5_k_m", "gemma4-moe-q8_0"};
 
 class GpuStream : public ::testing::TestWithParam<const char*> {};
 
@@ -257,7 +257,8 @@ TEST(GpuStreamBudget, OpensWithinABudget) {
   if (st.gpu) EXPECT_GE(st.gpu_slots, 2 * (*g)->spec().n_expert_used);
 }
 
-// The K-quant and IQ4 files (records of mixed types, layers of different record sizes) under the smallest budget
+// The K-quant and IQ4 files (records of mixed types, layers of different record sizes) and gemma4's experts (gate and
+// up fused in one tensor, GeGLU, a scale per expert) under the smallest budget
 // the GPU plan accepts, the one its refusal of a smaller budget names ("= <bytes> at least"), or the first MiB above
 // it that a second measurement of the CUDA context accepts (a whole model here is about 10 MiB: a wider margin
 // would hold every expert): the gold cases, robust ones byte for byte or parting from the CPU engine at a near-tie.
@@ -309,8 +310,46 @@ TEST_P(GpuKQuantBudget, GoldCasesMatchUnderTheSmallestAcceptedBudget) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuStream, ::testing::ValuesIn(kMoeModels), model_param_name);
 INSTANTIATE_TEST_SUITE_P(Models, GpuKQuantBudget,
-                         ::testing::Values("qwen3moe-q4_k_m", "qwen3moe-q3_k_m", "qwen3moe-iq4_xs", "mixtral-q5_k_m"),
+                         ::testing::Values("qwen3moe-q4_k_m", "qwen3moe-q3_k_m", "qwen3moe-iq4_xs", "mixtral-q5_k_m",
+                                           "gemma4-moe-q8_0"),
                          model_param_name);
+
+// gemma4 E2B under the smallest budget it accepts (the one its refusal of a small budget names): the per-layer
+// embedding table in pinned host RAM, its rows read by the GPU, and the gold cases as resident.
+TEST(GpuGemma4, PerLayerTableInHostRamUnderTheSmallestBudget) {
+  DF_REQUIRE_GPU();
+  DF_REQUIRE_SHARED(path, "models/gemma4-e2b-q8_0.gguf");
+  const auto cases = read_gold((shared_dir() / "models/gemma4-e2b-q8_0.gold.json").string());
+  auto tiny = engine::Model::open(path.string(), {.n_ctx = 1024, .backend = engine::Backend::kCuda,
+                                                  .gpu = {.budget = 64ull << 20}});
+  ASSERT_FALSE(tiny.ok());
+  const std::string& why = tiny.error().message;
+  const size_t needs = why.find("it needs "), open = why.find('(', needs), at = why.find(" bytes)", open);
+  ASSERT_TRUE(needs != std::string::npos && open != std::string::npos && at != std::string::npos) << why;
+  EXPECT_NE(why.find("per-layer embeddings in pinned host RAM"), std::string::npos) << why;
+  const uint64_t need = std::stoull(why.substr(open + 1, at - open - 1));
+  std::unique_ptr<engine::Model> m;
+  for (uint64_t budget = need; budget <= need + (8ull << 20) && !m; budget += 1ull << 20) {
+    auto r = engine::Model::open(path.string(), {.n_ctx = 1024, .backend = engine::Backend::kCuda,
+                                                 .gpu = {.budget = budget}});
+    if (r.ok()) m = std::move(r).value();
+  }
+  ASSERT_TRUE(m) << "no budget up to 8 MiB above " << need << " accepted";
+  std::printf("[gpu-gemma4] %s\n", m->describe().c_str());
+  auto cpu = open_cpu(path.string(), 1024);
+  ASSERT_TRUE(cpu);
+  PieceDecoder pieces(m->file());
+  for (const auto& c : cases) {
+    auto s = session_of(*m);
+    ASSERT_TRUE(s);
+    const auto ids = greedy_gpu(*s, c.prompt_ids, c.n_predict);
+    std::string text;
+    for (int32_t id : ids) text += pieces.piece(id);
+    std::printf("[gpu-gemma4] robust=%d common prefix %zu/%zu bytes\n", c.robust, common_prefix(text, c.completion),
+                c.completion.size());
+    if (c.robust && text != c.completion) expect_near_tie(*cpu, *s, c.prompt_ids, ids, "e2b prompt: " + c.prompt);
+  }
+}
 
 }  // namespace
 }  // namespace df::test

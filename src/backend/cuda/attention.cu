@@ -28,7 +28,7 @@ namespace df::cuda {
 
 namespace {
 
-constexpr int kMaxHead = 256;
+constexpr int kMaxHead = 512;
 constexpr int kThreads = 128;       // both kernels: 4 warps
 constexpr int kTile = 32;           // split: positions per round, one per lane
 constexpr int kHeadsPerBlock = 16;  // split: query heads a block serves (larger groups take several blocks)
@@ -65,10 +65,24 @@ struct SplitParams {
   int n_head, n_head_kv, hk, hv;
   int n_split, n_hsub;  // parts per sequence (launch-time maximum); blocks per group (ceil(group / 16))
   float scale;
+  int64_t window;       // > 0: the last `window` positions only
 };
 
-// grid (n_split, n_head_kv * n_hsub, n_tok). Thread tid owns value dims tid and tid + 128 of every head it serves;
-// while scoring, warp w owns heads w, w + 4, w + 8, w + 12 and lane j position j of the tile.
+// The first position token t's query sees (its own position is `last`).
+__device__ __forceinline__ int64_t first_key(int64_t last, int64_t window) {
+  return window > 0 ? max(int64_t(0), last - window + 1) : 0;
+}
+
+// The split kernel's shared memory for head dims up to MH: the block's queries (f16), then a tile of keys and one of
+// values, rows padded by 16 bytes.
+template <int MH>
+constexpr size_t split_smem() {
+  return size_t(kHeadsPerBlock * MH + 2 * kTile * (MH + 8)) * sizeof(uint16_t);
+}
+
+// grid (n_split, n_head_kv * n_hsub, n_tok), head dims up to MH. Thread tid owns value dims tid, tid + 128, ... of
+// every head it serves; while scoring, warp w owns heads w, w + 4, w + 8, w + 12 and lane j position j of the tile.
+template <int MH>
 __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
   dev::allow_next();
   dev::wait_prior();
@@ -80,16 +94,17 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
   const int nh = min(kHeadsPerBlock, group - hs * kHeadsPerBlock);
   const int32_t last = p.pos[t];
   if (last < 0) __trap();  // a position the caller never set
-  const int64_t len = int64_t(last) + 1;
+  const int64_t first = first_key(last, p.window), len = int64_t(last) + 1 - first;
   const int parts = parts_of(len, p.n_split);
   if (c >= parts) return;  // block-uniform, before any barrier
   // Balanced cut: every part non-empty because parts <= len.
-  const int64_t j_begin = len * c / parts, j_end = len * (c + 1) / parts;
+  const int64_t j_begin = first + len * c / parts, j_end = first + len * (c + 1) / parts;
 
   const int hk = p.hk, hv = p.hv, ks = hk + 8, vs = hv + 8;  // row strides padded by 16 bytes: no bank conflicts
-  __shared__ __align__(16) uint16_t q_sh[kHeadsPerBlock * kMaxHead];
-  __shared__ __align__(16) uint16_t k_sh[kTile * (kMaxHead + 8)];
-  __shared__ __align__(16) uint16_t v_sh[kTile * (kMaxHead + 8)];
+  extern __shared__ __align__(16) uint16_t split_sh[];
+  uint16_t* q_sh = split_sh;                      // [kHeadsPerBlock][MH]
+  uint16_t* k_sh = q_sh + kHeadsPerBlock * MH;    // [kTile][MH + 8]
+  uint16_t* v_sh = k_sh + kTile * (MH + 8);       // [kTile][MH + 8]
   __shared__ __align__(16) float p_sh[kHeadsPerBlock][kTile];
   __shared__ float alpha_sh[kHeadsPerBlock], m_sh[kHeadsPerBlock], l_sh[kHeadsPerBlock];
 
@@ -98,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
   // loaded before any is stored: one round trip to the L2, not one per quad (which took most of a decode step's
   // attention time).
   const float4* qrow = reinterpret_cast<const float4*>(p.q + (t * p.n_head + h0) * hk);
-  constexpr int kQuads = kHeadsPerBlock * kMaxHead / 4 / kThreads;
+  constexpr int kQuads = kHeadsPerBlock * MH / 4 / kThreads;
   float4 qv[kQuads];
   const int n_quads = nh * hk / 4;
 #pragma unroll
@@ -119,9 +134,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
   float m_r[kWarpHeads], l_r[kWarpHeads];
 #pragma unroll
   for (int r = 0; r < kWarpHeads; ++r) m_r[r] = -INFINITY, l_r[r] = 0.0f;
-  float acc[kHeadsPerBlock][2];
+  constexpr int kDims = MH / kThreads;  // value dims per thread
+  float acc[kHeadsPerBlock][kDims];
 #pragma unroll
-  for (int hh = 0; hh < kHeadsPerBlock; ++hh) acc[hh][0] = acc[hh][1] = 0.0f;
+  for (int hh = 0; hh < kHeadsPerBlock; ++hh)
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) acc[hh][d] = 0.0f;
 
   const int64_t kv_k = int64_t(p.n_head_kv) * hk, kv_v = int64_t(p.n_head_kv) * hv;
   const uint16_t* kb = p.k + int64_t(g) * hk;
@@ -172,17 +190,20 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
 
 #pragma unroll
     for (int hh = 0; hh < kHeadsPerBlock; ++hh)
-      if (hh < nh) acc[hh][0] *= alpha_sh[hh], acc[hh][1] *= alpha_sh[hh];
+      if (hh < nh)
+#pragma unroll
+        for (int d = 0; d < kDims; ++d) acc[hh][d] *= alpha_sh[hh];
     for (int j = 0; j < n_c; ++j) {
       const uint16_t* vr = v_sh + j * vs;
-      const float v0 = tid < hv ? dev::f16_to_f32(vr[tid]) : 0.0f;
-      const float v1 = tid + kThreads < hv ? dev::f16_to_f32(vr[tid + kThreads]) : 0.0f;
+      float vv[kDims];
+#pragma unroll
+      for (int d = 0; d < kDims; ++d) vv[d] = tid + d * kThreads < hv ? dev::f16_to_f32(vr[tid + d * kThreads]) : 0.0f;
 #pragma unroll
       for (int hh = 0; hh < kHeadsPerBlock; ++hh)
         if (hh < nh) {
           const float pj = p_sh[hh][j];
-          acc[hh][0] = fmaf(pj, v0, acc[hh][0]);
-          acc[hh][1] = fmaf(pj, v1, acc[hh][1]);
+#pragma unroll
+          for (int d = 0; d < kDims; ++d) acc[hh][d] = fmaf(pj, vv[d], acc[hh][d]);
         }
     }
   }
@@ -200,12 +221,14 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
     if (p.n_split == 1) {
       const float inv = l_sh[hh] > 0.0f ? 1.0f / l_sh[hh] : 0.0f;
       float* o = p.out + row * hv;
-      if (tid < hv) o[tid] = acc[hh][0] * inv;
-      if (tid + kThreads < hv) o[tid + kThreads] = acc[hh][1] * inv;
+#pragma unroll
+      for (int d = 0; d < kDims; ++d)
+        if (tid + d * kThreads < hv) o[tid + d * kThreads] = acc[hh][d] * inv;
     } else {
       float* w = p.work + (row * p.n_split + c) * (hv + 2);
-      if (tid < hv) w[tid] = acc[hh][0];
-      if (tid + kThreads < hv) w[tid + kThreads] = acc[hh][1];
+#pragma unroll
+      for (int d = 0; d < kDims; ++d)
+        if (tid + d * kThreads < hv) w[tid + d * kThreads] = acc[hh][d];
       if (tid == 0) w[hv] = m_sh[hh], w[hv + 1] = l_sh[hh];
     }
   }
@@ -214,12 +237,13 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
 // grid (n_head, n_tok): out = sum over parts of acc_c * e^(m_c - M) / sum of l_c * e^(m_c - M), M the largest m_c.
 __global__ void __launch_bounds__(kThreads) merge_kernel(const float* __restrict__ work, float* __restrict__ out,
                                                          const int32_t* __restrict__ pos, int n_head, int hv,
-                                                         int n_split) {
+                                                         int n_split, int64_t window) {
   dev::allow_next();
   dev::wait_prior();
   const int h = blockIdx.x;
   const int64_t t = blockIdx.y, row = t * n_head + h;
-  const int parts = parts_of(int64_t(pos[t]) + 1, n_split);  // >= 1: the split kernel trapped on pos < 0
+  // >= 1 (the split kernel trapped on pos < 0), as the split kernel cut the positions.
+  const int parts = parts_of(int64_t(pos[t]) + 1 - first_key(pos[t], window), n_split);
   const float* w = work + row * n_split * (hv + 2);
   __shared__ float wt[kMaxSlots];
   float m = -INFINITY;
@@ -464,7 +488,10 @@ void attention(const AttentionArgs& a) {
   DF_CHECK(a.n_tok >= 0 && a.n_tok <= 65535);
   DF_CHECK(a.work == nullptr || a.n_ctx > 0);
   if (a.n_tok == 0) return;
-  if (a.n_tok > kSplitMaxTok && launch_mma_if_built(a)) return;
+  DF_CHECK(a.window >= 0);
+  // The tensor-core kernel masks causally only: sliding windows take the split kernel (its blocks see at most the
+  // window's positions).
+  if (a.n_tok > kSplitMaxTok && a.window == 0 && launch_mma_if_built(a)) return;
 
   DF_CHECK(reinterpret_cast<uintptr_t>(a.q) % 16 == 0);  // the split kernel reads q in quads
   const int group = a.n_head / a.n_head_kv;
@@ -478,13 +505,24 @@ void attention(const AttentionArgs& a) {
   }
   DF_CHECK(int64_t(a.n_head_kv) * n_hsub <= 65535);
   const SplitParams p{a.q,          a.k,         a.v,          a.out,   a.work, a.pos,  a.n_head,
-                      a.n_head_kv, a.head_dim_k, a.head_dim_v, n_split, n_hsub, a.scale};
-  launch_early(split_kernel, dim3(unsigned(n_split), unsigned(a.n_head_kv * n_hsub), unsigned(a.n_tok)), kThreads, 0,
-               a.stream, p);
+                      a.n_head_kv, a.head_dim_k, a.head_dim_v, n_split, n_hsub, a.scale, a.window};
+  const dim3 grid(unsigned(n_split), unsigned(a.n_head_kv * n_hsub), unsigned(a.n_tok));
+  if (std::max(a.head_dim_k, a.head_dim_v) <= 256) {
+    launch_early(split_kernel<256>, grid, kThreads, split_smem<256>(), a.stream, p);
+  } else {
+    // Past the 48 KiB a launch gets by default (once per process: the device is the same for every session).
+    static const bool allowed = [] {
+      DF_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(split_smem<512>())));
+      return true;
+    }();
+    (void)allowed;
+    launch_early(split_kernel<512>, grid, kThreads, split_smem<512>(), a.stream, p);
+  }
   if (n_split > 1)
     launch_early(merge_kernel, dim3(unsigned(a.n_head), unsigned(a.n_tok)), kThreads, 0, a.stream,
                  static_cast<const float*>(a.work), a.out, static_cast<const int32_t*>(a.pos), a.n_head, a.head_dim_v,
-                 n_split);
+                 n_split, a.window);
 }
 
 }  // namespace df::cuda

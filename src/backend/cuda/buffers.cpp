@@ -65,7 +65,8 @@ const char* buf_name(Buf b) {
       "expert weights", "expert outputs", "expert order", "expert tiles", "expert inputs",
       "quantized activations", "logits", "the next token", "streamed experts' activations",
       "streamed experts' plans", "streamed experts' quantized inputs", "look-ahead routing",
-      "dequantized weight tiles"};
+      "dequantized weight tiles", "sliding layers' RoPE table", "dense FFN outputs", "expert sums",
+      "per-layer inputs", "per-layer embedding rows", "per-layer input gates"};
   return names[int(b)];
 }
 
@@ -75,14 +76,32 @@ uint64_t BufferTable::total() const {
   return t;
 }
 
+KvLayout kv_layout(const model::ModelSpec& s, uint32_t n_ctx) {
+  KvLayout l;
+  l.k.resize(s.n_layer);
+  l.v.resize(s.n_layer);
+  for (uint32_t il = 0; il < s.n_layer; ++il) {
+    const model::LayerSpec ls = s.layer(il);
+    if (!s.layers.empty() && ls.kv_layer != il) {  // reads an earlier layer's cache
+      l.k[il] = l.k[ls.kv_layer], l.v[il] = l.v[ls.kv_layer];
+      continue;
+    }
+    l.k[il] = l.k_elems, l.v[il] = l.v_elems;
+    l.k_elems += uint64_t(n_ctx) * ls.kv_dim_k();
+    l.v_elems += uint64_t(n_ctx) * ls.kv_dim_v();
+  }
+  return l;
+}
+
 BufferTable session_buffers(const model::ModelSpec& s, const SessionShape& sh) {
   BufferTable t;
   auto set = [&](Buf b, uint64_t n) { t.bytes[size_t(b)] = n; };
   const uint64_t B = std::min(sh.max_batch, sh.n_ctx), C = sh.n_ctx, E = s.n_embd;
   const uint64_t K = std::max<uint32_t>(s.n_expert_used, 1), nk = B * K;
   const uint64_t ff = std::max<uint64_t>(s.n_ff, uint64_t(s.n_expert_used) * s.n_ff_expert);
-  set(Buf::k_cache, uint64_t(s.n_layer) * C * s.kv_dim_k() * 2);
-  set(Buf::v_cache, uint64_t(s.n_layer) * C * s.kv_dim_v() * 2);
+  const KvLayout kv = kv_layout(s, sh.n_ctx);
+  set(Buf::k_cache, kv.k_elems * 2);
+  set(Buf::v_cache, kv.v_elems * 2);
   set(Buf::rope, std::max<uint64_t>(C * (s.n_rot / 2) * 2 * 4, 4));
   set(Buf::tok, B * 4);
   set(Buf::pos, B * 4);
@@ -110,6 +129,20 @@ BufferTable session_buffers(const model::ModelSpec& s, const SessionShape& sh) {
   set(Buf::scratch, (max_cols / 32 + 1) * kQ8Bytes * nk);
   if (sh.dequant_tiles) set(Buf::dequant, dequant_work_bytes(int64_t(max_cols), int64_t(B)));
   set(Buf::logits, uint64_t(s.n_vocab) * 4);
+  if (s.family == model::Family::kGemma4) {
+    uint32_t rot_swa = 0;
+    for (const model::LayerSpec& l : s.layers)
+      if (l.sliding) rot_swa = std::max(rot_swa, l.n_rot);
+    set(Buf::rope_swa, std::max<uint64_t>(C * (rot_swa / 2) * 2 * 4, 4));
+    set(Buf::ffn_out, B * E * 4);
+    if (s.moe()) set(Buf::moe_out, B * E * 4);
+    if (s.n_embd_per_layer) {
+      const uint64_t LP = uint64_t(s.n_layer) * s.n_embd_per_layer;
+      set(Buf::ple, B * LP * 4);
+      set(Buf::ple_rows, B * LP * 4);
+      set(Buf::ple_gate, B * s.n_embd_per_layer * 4);
+    }
+  }
   set(Buf::next, 4);
   if (s.moe() && sh.streams_experts) {
     set(Buf::act, nk * s.n_ff_expert * 4);

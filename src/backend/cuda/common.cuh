@@ -25,6 +25,24 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 __device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 __device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
+// The gated FFNs' activations, rounded as the CPU's: SiLU as cpu::swiglu (x / (1 + e^-x)); GELU as cpu::gelu, the
+// tanh approximation of the input rounded to f16, its result rounded to f16 (llama.cpp's table), 0 at or below -10
+// and x at or above 10.
+__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float gelu(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  constexpr float kA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  const float h = round_f16(x);
+  const float t = __fmul_rn(__fmul_rn(kSqrt2OverPi, h), __fmaf_rn(__fmul_rn(kA, h), h, 1.0f));
+  return round_f16(__fmul_rn(__fmul_rn(0.5f, h), __fadd_rn(1.0f, tanhf(t))));
+}
+// act(gate) * up as cpu::swiglu / cpu::geglu.
+__device__ __forceinline__ float glu(float gate, float up, bool gelu_act) {
+  if (gelu_act) return gate <= -10.0f ? 0.0f : __fmul_rn(gelu(gate), up);
+  return __fmul_rn(silu(gate), up);
+}
+
 // 4 bytes at a 2-byte aligned address (the quant blocks are 18 and 34 bytes long, so only 2-byte aligned).
 __device__ __forceinline__ int load_i32_a2(const uint8_t* p) {
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);

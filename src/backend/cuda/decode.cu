@@ -393,7 +393,8 @@ __global__ void __launch_bounds__(kNormThreads)
                               const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
                               int n_head, int n_head_kv, int hk, int hv, int n_rot, int64_t n_tok,
                               const int32_t* __restrict__ pos, const float* __restrict__ table, int64_t n_pos,
-                              bool neox, uint16_t* __restrict__ kc, uint16_t* __restrict__ vc, int64_t n_ctx) {
+                              bool neox, uint16_t* __restrict__ kc, uint16_t* __restrict__ vc, int64_t n_ctx,
+                              bool v_norm) {
   dev::allow_next();
   dev::wait_prior();
   __shared__ float s[kMaxHeadDim];
@@ -405,10 +406,19 @@ __global__ void __launch_bounds__(kNormThreads)
   for (int64_t t = blockIdx.y; t < n_tok; t += gridDim.y) {
     const int32_t p = pos[t];
     if (p < 0 || p >= n_pos || p >= n_ctx) __trap();  // position outside the table or the cache: a bug of the caller
-    if (is_v) {  // store_kv's rounding
+    if (is_v) {  // store_kv's rounding, each head normed first where asked
       const float* vr = v + t * dim_v;
       uint16_t* vo = vc + int64_t(p) * dim_v;
-      for (int64_t i = threadIdx.x; i < dim_v; i += kNormThreads) vo[i] = dev::f32_to_f16(vr[i]);
+      if (!v_norm) {
+        for (int64_t i = threadIdx.x; i < dim_v; i += kNormThreads) vo[i] = dev::f32_to_f16(vr[i]);
+        continue;
+      }
+      for (int hh = 0; hh < n_head_kv; ++hh) {
+        const float scale = dev::block_rms_scale<kNormThreads>(vr + int64_t(hh) * hv, hv, eps);
+        for (int i = threadIdx.x; i < hv; i += kNormThreads)
+          vo[int64_t(hh) * hv + i] = dev::f32_to_f16(__fmul_rn(vr[int64_t(hh) * hv + i], scale));
+        __syncthreads();  // the norm's shared sums are reused by the next head
+      }
       continue;
     }
     float* xr = is_q ? q + (t * n_head + h) * hk : k + t * dim_k + int64_t(h - n_head) * hk;
@@ -453,7 +463,7 @@ __global__ void __launch_bounds__(kGuWarps * 32, T == GgmlType::Q4_0 ? 2 : 1)  /
     moe_gate_up_kernel(const uint8_t* __restrict__ gw, uint64_t g_stride, const uint8_t* __restrict__ uw,
                        uint64_t u_stride, uint64_t row_bytes, int64_t cols, int64_t n_ff, int32_t n_expert,
                        const int32_t* __restrict__ ids, int n_used, const uint8_t* __restrict__ x_q8,
-                       float* __restrict__ act, uint8_t* __restrict__ act_q8) {
+                       float* __restrict__ act, uint8_t* __restrict__ act_q8, bool gelu_act) {
   dev::allow_next();
   dev::wait_prior();  // the ids are the router's
   extern __shared__ __align__(16) int s_act[];
@@ -490,7 +500,7 @@ __global__ void __launch_bounds__(kGuWarps * 32, T == GgmlType::Q4_0 ? 2 : 1)  /
   __syncthreads();
   if (warp == 0) {
     const float gv = s_dot[lane], uv = s_dot[kGuRows + lane];
-    const float a = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);  // swiglu_kernel's roundings
+    const float a = dev::glu(gv, uv, gelu_act);  // glu_kernel's roundings
     if (act != nullptr) act[v * n_ff + r0 + lane] = a;
     dev::quantize_block_q8_0(a, act_q8 + v * q8_bytes(n_ff) + blockIdx.x * dev::kQ8Bytes, lane);
   }
@@ -612,17 +622,19 @@ void rms_norm_q8(const RmsNormQ8Args& a) {
 }
 
 void qk_norm_rope_store(const QkNormRopeStoreArgs& a) {
-  DF_CHECK(a.q != nullptr && a.k != nullptr && a.v != nullptr && a.pos != nullptr && a.table != nullptr);
-  DF_CHECK(a.k_cache != nullptr && a.v_cache != nullptr);
+  DF_CHECK(a.q != nullptr && a.pos != nullptr && a.table != nullptr);
+  DF_CHECK(a.k == nullptr || (a.v != nullptr && a.k_cache != nullptr && a.v_cache != nullptr));
   DF_CHECK(a.n_head > 0 && a.n_head_kv > 0 && a.head_dim_k > 0 && a.head_dim_v > 0);
   DF_CHECK(a.head_dim_k <= kMaxHeadDim && a.head_dim_v <= kMaxHeadDim);
   DF_CHECK(a.n_rot > 0 && a.n_rot % 2 == 0 && a.n_rot <= a.head_dim_k && a.n_pos > 0 && a.n_ctx > 0);
   DF_CHECK(a.n_tok >= 0);
   if (a.n_tok == 0) return;
-  const dim3 grid{unsigned(a.n_head + a.n_head_kv + 1), unsigned(std::min<int64_t>(a.n_tok, 65535))};
+  // Queries only: the key and value blocks are not launched.
+  const unsigned blocks = unsigned(a.k ? a.n_head + a.n_head_kv + 1 : a.n_head);
+  const dim3 grid{blocks, unsigned(std::min<int64_t>(a.n_tok, 65535))};
   launch_early(qk_norm_rope_store_kernel, grid, dim3(kNormThreads), 0, a.stream, a.q, a.k, a.v, a.q_norm, a.k_norm,
                a.eps, a.n_head, a.n_head_kv, a.head_dim_k, a.head_dim_v, a.n_rot, a.n_tok, a.pos, a.table, a.n_pos,
-               a.style == model::RopeStyle::kNeox, a.k_cache, a.v_cache, a.n_ctx);
+               a.style == model::RopeStyle::kNeox, a.k_cache, a.v_cache, a.n_ctx, a.v_norm);
 }
 
 bool moe_decode_supported(const model::Mat& gate, const model::Mat& up, const model::Mat& down, int64_t n_tok, int32_t n_used) {
@@ -653,7 +665,7 @@ void moe_decode_gate_up(const MoeDecodeGateUpArgs& a) {
     allow_smem(moe_gate_up_kernel<T>, smem);
     launch_early(moe_gate_up_kernel<T>, grid, dim3(threads), smem, a.stream, a.gate.data, a.gate_stride, a.up.data,
                  a.up_stride, a.gate.row_bytes, a.gate.cols, a.gate.rows, a.n_expert, a.ids, a.n_used, a.x_q8, a.act,
-                 a.act_q8);
+                 a.act_q8, a.glu == Glu::kGelu);
   });
 }
 

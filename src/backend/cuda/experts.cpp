@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/cudart/check.h"
@@ -30,8 +31,11 @@ void RoutedExperts::guess(const GpuLayer& next, int64_t n) {
   float* g = at<float>(Buf::guess);
   float* logits = g + E;
   int32_t* ids = reinterpret_cast<int32_t*>(g + E + X);
-  rms_norm({.x = at<float>(Buf::x), .weight = next.ffn_norm.f32(), .y = g, .n_rows = 1, .cols = E, .eps = s.norm_eps,
-            .stream = m_.stream});
+  // The router's input as the layer computes it: gemma4's norm(x) / sqrt(E) * router_scale, else the FFN's norm.
+  const bool gemma4 = s.family == model::Family::kGemma4;
+  rms_norm({.x = at<float>(Buf::x), .weight = gemma4 ? next.router_scale.f32() : next.ffn_norm.f32(), .y = g,
+            .n_rows = 1, .cols = E, .eps = s.norm_eps, .stream = m_.stream,
+            .scale = gemma4 ? 1.0f / std::sqrt(float(E)) : 1.0f});
   matmul({.w = next.gate_inp, .x = g, .n_tok = 1, .y = logits, .scratch = at<uint8_t>(Buf::scratch),
           .stream = m_.stream});
   route({.logits = logits, .n_tok = 1, .n_expert = int(X), .n_used = int(K), .norm_topk = s.norm_topk, .ids = ids,
@@ -39,11 +43,13 @@ void RoutedExperts::guess(const GpuLayer& next, int64_t n) {
   guessed_ = true;
 }
 
-void RoutedExperts::run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused) {
+void RoutedExperts::run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* acc) {
+  if (acc == nullptr) acc = at<float>(Buf::x);
+  DF_CHECK(acc != at<float>(Buf::proj));  // the combine's output
   if (m_.streamed) {
-    streamed(il, n, xq, fused);
+    streamed(il, n, xq, fused, acc);
   } else {
-    resident(l, n, xq, fused);
+    resident(l, n, xq, fused, acc);
   }
 }
 
@@ -54,7 +60,7 @@ model::ExpertWeights RoutedExperts::matrices(const GpuLayer& l, uint32_t il) con
   return {x.gate.at(t.plane(0)), x.up.at(t.plane(1)), x.down.at(t.plane(2))};
 }
 
-void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused) {
+void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused, float* acc) {
   const model::ModelSpec& s = m_.spec;
   const int K = int(s.n_expert_used);
   int32_t* ids = at<int32_t>(Buf::ids);
@@ -63,10 +69,10 @@ void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bo
     uint8_t* act_q8 = at<uint8_t>(Buf::up);
     moe_decode_gate_up({.gate = l.gate_exps, .up = l.up_exps, .gate_stride = l.gate_stride, .up_stride = l.up_stride,
                         .n_expert = int32_t(s.n_expert), .ids = ids, .n_tok = n, .n_used = K, .x_q8 = xq,
-                        .act_q8 = act_q8, .stream = m_.stream});
+                        .act_q8 = act_q8, .stream = m_.stream, .glu = glu_});
     moe_decode_down({.down = l.down_exps, .down_stride = l.down_stride, .n_expert = int32_t(s.n_expert), .ids = ids,
-                     .weights = at<float>(Buf::wts), .n_tok = n, .n_used = K, .act_q8 = act_q8,
-                     .x = at<float>(Buf::x), .out = at<float>(Buf::x), .stream = m_.stream});
+                     .weights = at<float>(Buf::wts), .n_tok = n, .n_used = K, .act_q8 = act_q8, .x = acc, .out = acc,
+                     .stream = m_.stream});
     return;
   }
   const float* xn = at<float>(Buf::xn);
@@ -95,7 +101,7 @@ void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bo
     }
     moe_matmul_grouped(g);
     moe_matmul_grouped(u);
-    swiglu({.gate = gate, .up = up, .y = gate, .n = n_slots * int64_t(s.n_ff_expert), .stream = m_.stream});
+    glu({.gate = gate, .up = up, .y = gate, .n = n_slots * int64_t(s.n_ff_expert), .stream = m_.stream, .act = glu_});
     d.w = l.down_exps, d.expert_stride = l.down_stride, d.x = gate, d.x_per_slot = true,
     d.y = at<float>(Buf::expert_out);
     moe_matmul_grouped(d);
@@ -104,7 +110,7 @@ void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bo
   }
   moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = at<float>(Buf::wts), .out = at<float>(Buf::proj),
                .n_tok = n, .n_embd = int64_t(s.n_embd), .n_used = K, .stream = m_.stream});
-  add({.x = at<float>(Buf::x), .y = at<float>(Buf::proj), .n = n * int64_t(s.n_embd), .stream = m_.stream});
+  add({.x = acc, .y = at<float>(Buf::proj), .n = n * int64_t(s.n_embd), .stream = m_.stream});
 }
 
 // One (token, slot) per block column: batches without grouped experts.
@@ -120,12 +126,12 @@ void RoutedExperts::ungrouped(const GpuLayer& l, int64_t n) {
   u.w = l.up_exps, u.expert_stride = l.up_stride, u.x = xn, u.y = up;
   moe_matmul(g);
   moe_matmul(u);
-  swiglu({.gate = gate, .up = up, .y = gate, .n = n * K * int64_t(s.n_ff_expert), .stream = m_.stream});
+  glu({.gate = gate, .up = up, .y = gate, .n = n * K * int64_t(s.n_ff_expert), .stream = m_.stream, .act = glu_});
   d.w = l.down_exps, d.expert_stride = l.down_stride, d.x = gate, d.x_per_slot = true, d.y = at<float>(Buf::expert_out);
   moe_matmul(d);
 }
 
-void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused) {
+void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* acc) {
   if (!status_.ok()) return;  // an earlier layer's read failed: eval reports it
   const model::ModelSpec& s = m_.spec;
   const StreamedExperts& st = *m_.streamed;
@@ -183,7 +189,7 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
   const int64_t region = 3 * nk;
   reserve_pinned(plan_host_, uint64_t(std::max<size_t>(n_groups, 1) * region) * 4);
   if (fused && n_groups <= 1) {
-    fused_decode(il, n, xq, ids, reinterpret_cast<int32_t*>(plan_host_.data()));
+    fused_decode(il, n, xq, ids, reinterpret_cast<int32_t*>(plan_host_.data()), acc);
     if (n_groups == 0) read_ahead();
     return;
   }
@@ -223,8 +229,8 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
     moe_matmul_grouped(up);
     // Into act, not in place: rows of other groups are recomputed from unchanged gate and up, so running it over
     // every row per group leaves each group's rows right.
-    swiglu({.gate = at<float>(Buf::gate), .up = at<float>(Buf::up), .y = at<float>(Buf::act), .n = nk * F,
-            .stream = stream});
+    glu({.gate = at<float>(Buf::gate), .up = at<float>(Buf::up), .y = at<float>(Buf::act), .n = nk * F,
+         .stream = stream, .act = glu_});
     dn.w = w.down, dn.expert_stride = tier.stride(2), dn.x = at<float>(Buf::act), dn.x_per_slot = true,
     dn.y = at<float>(Buf::expert_out);
     moe_matmul_grouped(dn);
@@ -234,13 +240,14 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
   if (!schedule_.cpu.empty()) cpu_share(il, ids, /*packed=*/false);
   moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = at<float>(Buf::wts), .out = at<float>(Buf::proj),
                .n_tok = n, .n_embd = E, .n_used = K, .stream = stream});
-  add({.x = at<float>(Buf::x), .y = at<float>(Buf::proj), .n = n * E, .stream = stream});
+  add({.x = acc, .y = at<float>(Buf::proj), .n = n * E, .stream = stream});
 }
 
 // A few tokens whose GPU experts fit in one group: the fused two-launch path with slot ids. With a CPU share (one
 // token), the CPU's experts point at a GPU slot of the same token with weight 0 in the fused combine (adding 0 keeps
 // the sum), and their rows are combined and added afterwards.
-void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h) {
+void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h,
+                                 float* acc) {
   const model::ModelSpec& s = m_.spec;
   const StreamedExperts& st = *m_.streamed;
   cudaStream_t stream = m_.stream;
@@ -271,10 +278,10 @@ void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, cons
     const int32_t n_slots = int32_t(tier.slots());
     moe_decode_gate_up({.gate = w.gate, .up = w.up, .gate_stride = tier.stride(0), .up_stride = tier.stride(1),
                         .n_expert = n_slots, .ids = slot_dev, .n_tok = n, .n_used = K, .x_q8 = xq, .act_q8 = act_q8,
-                        .stream = stream});
+                        .stream = stream, .glu = glu_});
     moe_decode_down({.down = w.down, .down_stride = tier.stride(2), .n_expert = n_slots, .ids = slot_dev,
                      .weights = share ? wmod_dev : at<float>(Buf::wts), .n_tok = n, .n_used = K, .act_q8 = act_q8,
-                     .x = at<float>(Buf::x), .out = at<float>(Buf::x), .stream = stream});
+                     .x = acc, .out = acc, .stream = stream});
     pins->release();
   }
   if (!share) return;
@@ -286,7 +293,7 @@ void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, cons
   DF_CUDA_CHECK(cudaMemcpyAsync(cw_dev, h_cw, C * 4, cudaMemcpyHostToDevice, stream));
   moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = cw_dev, .out = at<float>(Buf::proj), .n_tok = 1,
                .n_embd = E, .n_used = int(C), .stream = stream});
-  add({.x = at<float>(Buf::x), .y = at<float>(Buf::proj), .n = E, .stream = stream});
+  add({.x = acc, .y = at<float>(Buf::proj), .n = E, .stream = stream});
 }
 
 void RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, bool packed) {
@@ -313,7 +320,8 @@ void RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, bool packed) {
   for (int64_t c = 0; c < C; ++c) std::copy_n(xn, E, cpu_in_.data() + c * E);
   reserve_pinned(cpu_out_host_, uint64_t(K) * E * 4);
   float* out = reinterpret_cast<float*>(cpu_out_host_.data());
-  cpu::expert_products(*st.cpu, ew, first, cpu_in_.data(), out, cpu_scratch_);
+  cpu::expert_products(*st.cpu, ew, first, cpu_in_.data(), out, cpu_scratch_,
+                       glu_ == Glu::kGelu ? cpu::GateActivation::kGeGlu : cpu::GateActivation::kSwiGlu);
   const auto t1 = std::chrono::steady_clock::now();
   // The pool's threads still spin if the last share ended less than their spin time ago.
   cpu_rate_.add(std::chrono::duration<double>(t1 - t0).count(), uint64_t(C) * layout.record_bytes,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "diskformer/backend/cpu/experts.h"
+#include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/backend/cuda/session.h"
 #include "diskformer/cudart/buffer.h"
 #include "diskformer/io/buffer.h"
@@ -23,14 +24,16 @@ namespace df::cuda {
 
 class RoutedExperts {
  public:
-  RoutedExperts(const GpuModel& m, std::vector<DeviceBuffer>& buf, bool grouped) : m_(m), buf_(buf), grouped_(grouped) {}
+  RoutedExperts(const GpuModel& m, std::vector<DeviceBuffer>& buf, bool grouped)
+      : m_(m), buf_(buf), grouped_(grouped), glu_(m.spec.family == model::Family::kGemma4 ? Glu::kGelu : Glu::kSilu) {}
 
   // The next layer's experts as its router picks them from the residual x (decode with streamed experts, before this
   // layer's FFN overwrites xn): into Buf::guess, read by run().
   void guess(const GpuLayer& next, int64_t n);
   // Layer il, n tokens: the router's ids and weights are in Buf::ids / Buf::wts, the normed input in Buf::xn (xq its
-  // Q8_0 blocks when fused: the two-launch decode path applies); adds the experts' weighted sum into Buf::x.
-  void run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused);
+  // Q8_0 blocks when fused: the two-launch decode path applies); adds the experts' weighted sum into acc ([n][n_embd],
+  // not Buf::proj), the residual stream by default.
+  void run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* acc = nullptr);
   // A streamed read failed during this pass (the rest of the pass is skipped); taken once.
   Status take_status() { return std::exchange(status_, Status{}); }
   uint64_t cpu_experts() const { return cpu_count_; }
@@ -41,17 +44,18 @@ class RoutedExperts {
  private:
   template <typename T>
   T* at(Buf b) const { return buf_[size_t(b)].as<T>(); }
-  void resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused);
+  void resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused, float* acc);
   void ungrouped(const GpuLayer& l, int64_t n);
-  void streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused);
-  void fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h);
-  // The CPU's share: gate, up, SwiGLU and down of each expert in schedule_.cpu from RAM; rows packed in that order
+  void streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* acc);
+  void fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h, float* acc);
+  // The CPU's share: gate, up, the activation and down of each expert in schedule_.cpu from RAM; rows packed in that order
   // or at their routing positions of expert_out.
   void cpu_share(uint32_t il, const int32_t* ids, bool packed);
 
   const GpuModel& m_;
   std::vector<DeviceBuffer>& buf_;
   bool grouped_;
+  Glu glu_;  // the experts' gate activation
   Status status_;
   model::MoeSchedule schedule_;
   io::AlignedBuffer ids_host_, plan_host_;  // pinned: the router's ids (and the guess); per group, its plan

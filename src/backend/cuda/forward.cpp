@@ -96,9 +96,13 @@ void Forward::add_product(const model::Mat& w, const float* in, int64_t n) {
     decode_matvec(d);
     return;
   }
-  matmul({.w = w, .x = in, .n_tok = n, .y = at<float>(Buf::proj), .scratch = scratch, .stream = m_.stream,
-          .dequant = at<uint8_t>(Buf::dequant)});
+  product(w, in, n, at<float>(Buf::proj));
   add({.x = x, .y = at<float>(Buf::proj), .n = n * int64_t(m_.spec.n_embd), .stream = m_.stream});
+}
+
+void Forward::product(const model::Mat& w, const float* in, int64_t n, float* y) {
+  matmul({.w = w, .x = in, .n_tok = n, .y = y, .scratch = at<uint8_t>(Buf::scratch), .stream = m_.stream,
+          .dequant = at<uint8_t>(Buf::dequant)});
 }
 
 void Forward::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
@@ -109,7 +113,7 @@ void Forward::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
   float *q = at<float>(Buf::q), *k = at<float>(Buf::k), *v = at<float>(Buf::v);
   normed_products(at<float>(Buf::x), l.attn_norm.f32(), n, {{&l.wq, q}, {&l.wk, k}, {&l.wv, v}});
   const int32_t* pos = at<int32_t>(Buf::pos);
-  uint16_t* kc = at<uint16_t>(Buf::k_cache) + uint64_t(il) * C * kd;
+  uint16_t* kc = at<uint16_t>(Buf::k_cache) + uint64_t(il) * C * kd;  // kv_layout's offsets for these families
   uint16_t* vc = at<uint16_t>(Buf::v_cache) + uint64_t(il) * C * vd;
   // q-norm, k-norm, RoPE and the f16 KV store in one launch.
   qk_norm_rope_store({.q = q, .k = k, .v = v, .q_norm = s.qk_norm ? l.q_norm.f32() : nullptr,
@@ -129,7 +133,7 @@ void Forward::ffn_block(const GpuLayer& l, uint32_t il, int64_t n) {
   float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
   if (!s.moe()) {
     normed_products(at<float>(Buf::x), l.ffn_norm.f32(), n, {{&l.ffn_gate, gate}, {&l.ffn_up, up}});
-    swiglu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff), .stream = m_.stream});
+    glu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff), .stream = m_.stream});
     add_product(l.ffn_down, gate, n);
     return;
   }

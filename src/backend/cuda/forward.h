@@ -19,17 +19,16 @@ class Forward {
  public:
   Forward(const GpuModel& m, std::vector<DeviceBuffer>& buf, const GpuSessionOptions& o)
       : m_(m), buf_(buf), o_(o), experts_(m, buf, o.grouped_experts) {}
+  virtual ~Forward() = default;
 
   // One batch of n <= max_batch tokens whose ids and positions are in Buf::tok / Buf::pos; the logits of the last
   // token, or of all n, into `logits`.
-  void run(int64_t n, bool all_logits, float* logits);
+  virtual void run(int64_t n, bool all_logits, float* logits);
   RoutedExperts& experts() { return experts_; }
 
- private:
+ protected:
   template <typename T>
   T* at(Buf b) const { return buf_[size_t(b)].as<T>(); }
-  void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
-  void ffn_block(const GpuLayer& l, uint32_t il, int64_t n);
   // Norms n rows of the residual stream at x into xn; when every product in ws takes Q8_0 activations of xn, they
   // are quantized in the same launch and returned (in scratch, shared by those products), else nullptr.
   const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::span<const model::Mat* const> ws);
@@ -43,11 +42,17 @@ class Forward {
                        std::initializer_list<std::pair<const model::Mat*, float*>> outs);
   // x += W in (for a few tokens one launch that adds in its epilogue).
   void add_product(const model::Mat& w, const float* in, int64_t n);
+  // y = W in, n rows (matmul with the session's scratch and dequantization buffers).
+  void product(const model::Mat& w, const float* in, int64_t n, float* y);
 
   const GpuModel& m_;
   std::vector<DeviceBuffer>& buf_;
   const GpuSessionOptions& o_;
   RoutedExperts experts_;
+
+ private:
+  void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
+  void ffn_block(const GpuLayer& l, uint32_t il, int64_t n);
 };
 
 }  // namespace df::cuda

@@ -36,6 +36,8 @@ std::string itemize(const GpuPlan& p) {
   s += ", " + item("attention", r.attention) + ", " + item("norms", r.norms);
   if (r.routers) s += ", " + item("routers", r.routers);
   if (r.dense_ffn) s += ", " + item("dense FFN", r.dense_ffn);
+  if (p.ple_table_on_host) s += ", per-layer embeddings in pinned host RAM";
+  else if (r.ple_table) s += ", " + item("per-layer embeddings", r.ple_table);
   s += ", KV cache " + format_size(r.kv_cache) + " at " + std::to_string(p.n_ctx) + " positions, work buffers " +
        format_size(r.work) + " for batches of " + std::to_string(p.max_batch) + ", margin " + format_size(r.margin);
   return s;
@@ -65,7 +67,6 @@ bool cpu_experts_round_alike(const model::RecordLayouts& layouts) {
 std::optional<std::string> cuda_unsupported(const model::ModelSpec& spec) {
   const char* why = nullptr;
   switch (spec.family) {
-    case model::Family::kGemma4: why = "layers of their own shapes, per-layer embeddings"; break;
     case model::Family::kQwen35Moe: why = "Gated DeltaNet layers"; break;
     default: return std::nullopt;
   }
@@ -83,13 +84,18 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   r.context = o.context_bytes;
   r.token_embd = gpu_bytes(t.token_embd);
   r.output = t.output == t.token_embd ? 0 : gpu_bytes(t.output);
-  r.norms = gpu_bytes(t.output_norm);
+  r.norms = gpu_bytes(t.output_norm) + gpu_bytes(t.rope_freqs) + gpu_bytes(t.ple_proj_norm);
+  r.dense_ffn = gpu_bytes(t.ple_model_proj);
+  r.ple_table = gpu_bytes(t.ple_table);
   for (const auto& l : t.layers) {
     for (auto* w : {l.wq, l.wk, l.wv, l.wo}) r.attention += gpu_bytes(w);
-    for (auto* w : {l.attn_norm, l.ffn_norm, l.q_norm, l.k_norm}) r.norms += gpu_bytes(w);
-    for (auto* w : {l.ffn_gate, l.ffn_up, l.ffn_down}) r.dense_ffn += gpu_bytes(w);
+    for (auto* w : {l.attn_norm, l.ffn_norm, l.q_norm, l.k_norm, l.attn_post_norm, l.ffn_post_norm, l.out_scale,
+                    l.router_scale, l.ffn_pre_norm_2, l.ffn_post_norm_1, l.ffn_post_norm_2, l.down_exps_scale,
+                    l.ple_post_norm})
+      r.norms += gpu_bytes(w);
+    for (auto* w : {l.ffn_gate, l.ffn_up, l.ffn_down, l.ple_gate, l.ple_proj}) r.dense_ffn += gpu_bytes(w);
     r.routers += gpu_bytes(l.gate_inp);
-    for (auto* w : {l.gate_exps, l.up_exps, l.down_exps}) p.experts_bytes += gpu_bytes(w);
+    for (auto* w : {l.gate_exps, l.up_exps, l.down_exps, l.gate_up_exps}) p.experts_bytes += gpu_bytes(w);
   }
   if (spec.moe()) p.record_bytes = cache::plane_slot_bytes(expert_planes(layouts));
   // A resident run's session; a streaming one adds its buffers for the tier's groups (counted below when it streams).
@@ -110,6 +116,11 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   if (!o.budget || *o.budget >= p.total_bytes()) return p;
 
   const uint64_t budget = *o.budget;
+  if (r.ple_table) {  // a row of every layer per token: the first table to leave the GPU
+    p.ple_table_on_host = true;
+    r.ple_table = 0;
+    if (budget >= p.total_bytes()) return p;
+  }
   if (spec.moe() && t.output != t.token_embd) {
     p.token_embd_on_host = true;
     r.token_embd = 0;
@@ -152,7 +163,7 @@ nlohmann::json GpuPlan::to_json() const {
   const GpuResident& r = resident;
   nlohmann::json res = {{"context", r.context},     {"token_embd", r.token_embd}, {"output", r.output},
                         {"attention", r.attention}, {"norms", r.norms},           {"routers", r.routers},
-                        {"dense_ffn", r.dense_ffn}, {"kv_cache", r.kv_cache},     {"work", r.work},
+                        {"dense_ffn", r.dense_ffn}, {"ple_table", r.ple_table}, {"kv_cache", r.kv_cache},     {"work", r.work},
                         {"margin", r.margin},       {"total", r.total()}};
   return {{"mode", mode_name()},
           {"budget", budget ? nlohmann::json(*budget) : nlohmann::json(nullptr)},
@@ -163,6 +174,7 @@ nlohmann::json GpuPlan::to_json() const {
           {"n_records", n_records},
           {"min_slots", min_slots},
           {"token_embd_on_host", token_embd_on_host},
+          {"ple_table_on_host", ple_table_on_host},
           {"slots", slots},
           {"pool_bytes", pool_bytes()},
           {"resident_fraction", resident_fraction()},

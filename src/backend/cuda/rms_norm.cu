@@ -13,20 +13,24 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* x, const float* __restrict__ weight, float* y,
-                                                            int64_t cols, float eps) {
+                                                            int64_t cols, float eps, float s) {
   const float* xr = x + int64_t(blockIdx.x) * cols;
   float* yr = y + int64_t(blockIdx.x) * cols;
   const float scale = dev::block_rms_scale<kThreads>(xr, cols, eps);
-  for (int64_t i = threadIdx.x; i < cols; i += kThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), weight[i]);
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
+    float v = __fmul_rn(xr[i], scale);
+    if (s != 1.0f) v = __fmul_rn(v, s);
+    yr[i] = weight ? __fmul_rn(v, weight[i]) : v;
+  }
 }
 
 }  // namespace
 
 void rms_norm(const RmsNormArgs& a) {
-  DF_CHECK(a.x != nullptr && a.weight != nullptr && a.y != nullptr);
+  DF_CHECK(a.x != nullptr && a.y != nullptr);
   DF_CHECK(a.n_rows >= 0 && a.n_rows <= 0x7fffffff && a.cols > 0);
   if (a.n_rows == 0) return;
-  rms_norm_kernel<<<unsigned(a.n_rows), kThreads, 0, a.stream>>>(a.x, a.weight, a.y, a.cols, a.eps);
+  rms_norm_kernel<<<unsigned(a.n_rows), kThreads, 0, a.stream>>>(a.x, a.weight, a.y, a.cols, a.eps, a.scale);
   DF_CUDA_CHECK_LAUNCH();
 }
 

@@ -34,7 +34,7 @@ __global__ void rope_kernel(float* x, int64_t n_tok, int n_heads, int head_dim, 
 
 }  // namespace
 
-std::vector<float> rope_table(int64_t n_pos, int n_rot, float base) {
+std::vector<float> rope_table(int64_t n_pos, int n_rot, float base, const float* freq_factors) {
   DF_CHECK(n_pos >= 0 && n_rot > 0 && n_rot % 2 == 0);
   const int half = n_rot / 2;
   std::vector<float> t(uint64_t(n_pos) * half * 2);
@@ -42,8 +42,9 @@ std::vector<float> rope_table(int64_t n_pos, int n_rot, float base) {
   for (int64_t p = 0; p < n_pos; ++p) {
     float theta = float(p);
     for (int i = 0; i < half; ++i) {
-      t[(p * half + i) * 2] = std::cos(theta);
-      t[(p * half + i) * 2 + 1] = std::sin(theta);
+      const float a = freq_factors ? theta / freq_factors[i] : theta;
+      t[(p * half + i) * 2] = std::cos(a);
+      t[(p * half + i) * 2 + 1] = std::sin(a);
       theta *= theta_scale;
     }
   }

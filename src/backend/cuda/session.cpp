@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/forward.h"
+#include "backend/cuda/forward_gemma4.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/cudart/check.h"
 #include "diskformer/util/check.h"
@@ -33,9 +34,32 @@ Result<std::unique_ptr<GpuSession>> GpuSession::create(const GpuModel& model, co
       DF_ASSIGN(s->buf_[size_t(b)], DeviceBuffer::alloc(table.bytes[size_t(b)], buf_name(Buf(b))));
     }
   const model::ModelSpec& sp = model.spec;
-  const std::vector<float> rope = rope_table(s->opt_.n_ctx, int(sp.n_rot), sp.rope_base);
-  if (!rope.empty()) s->buf_[size_t(Buf::rope)].upload(rope.data(), rope.size() * 4);
-  s->forward_ = std::make_unique<Forward>(model, s->buf_, s->opt_);
+  if (sp.family != model::Family::kGemma4) {
+    const std::vector<float> rope = rope_table(s->opt_.n_ctx, int(sp.n_rot), sp.rope_base);
+    if (!rope.empty()) s->buf_[size_t(Buf::rope)].upload(rope.data(), rope.size() * 4);
+    s->forward_ = std::make_unique<Forward>(model, s->buf_, s->opt_);
+    return s;
+  }
+  // gemma4: a table for the full layers (their frequencies divided by rope_freqs) and one for the sliding layers;
+  // every layer of a kind rotates alike.
+  const std::vector<float>& ff = w.rope_freqs();
+  for (bool sliding : {false, true}) {
+    const model::LayerSpec* kind = nullptr;
+    for (const model::LayerSpec& l : sp.layers) {
+      if (l.sliding != sliding) continue;
+      if (kind && (l.n_rot != kind->n_rot || l.rope_base != kind->rope_base))
+        return Error{"GPU session: gemma4 layers of one kind with different RoPE (" + std::to_string(l.n_rot) +
+                     " dims, base " + std::to_string(l.rope_base) + ")"};
+      kind = &l;
+    }
+    if (!kind) continue;
+    const bool divided = !sliding && !ff.empty();
+    if (divided && ff.size() < kind->n_rot / 2) return Error{"GPU session: rope_freqs has fewer than n_rot / 2 values"};
+    const std::vector<float> rope =
+        rope_table(s->opt_.n_ctx, int(kind->n_rot), kind->rope_base, divided ? ff.data() : nullptr);
+    s->buf_[size_t(sliding ? Buf::rope_swa : Buf::rope)].upload(rope.data(), rope.size() * 4);
+  }
+  s->forward_ = std::make_unique<Gemma4Forward>(model, s->buf_, s->opt_);
   return s;
 }
 

@@ -95,9 +95,17 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
   };
   const bool tied = t.output == t.token_embd;
   const bool embd_on_host = o.token_embd_on_host && !tied;
+  // Tensors read by the GPU from pinned host RAM.
+  auto on_host = [&](const gguf::TensorInfo* ti) {
+    return (embd_on_host && ti == t.token_embd) || (o.ple_table_on_host && ti == t.ple_table);
+  };
   add(t.token_embd, &g->token_embd_, true);
   add(t.output_norm, &g->output_norm_, false);
   if (!tied) add(t.output, &g->output_, true);
+  add(t.ple_table, &g->ple_table_, true);
+  add(t.ple_model_proj, &g->ple_model_proj_, true);
+  add(t.ple_proj_norm, &g->ple_proj_norm_, false);
+  add(t.rope_freqs, &g->rope_freqs_, false);
   for (uint32_t il = 0; il < spec.n_layer; ++il) {
     const model::LayerTensors& lt = t.layers[il];
     GpuLayer& l = g->layers_[il];
@@ -105,13 +113,21 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
     add(lt.wv, &l.wv, true), add(lt.wo, &l.wo, true), add(lt.q_norm, &l.q_norm, false);
     add(lt.k_norm, &l.k_norm, false), add(lt.ffn_norm, &l.ffn_norm, false), add(lt.ffn_gate, &l.ffn_gate, true);
     add(lt.ffn_up, &l.ffn_up, true), add(lt.ffn_down, &l.ffn_down, true), add(lt.gate_inp, &l.gate_inp, true);
-    if (g->experts_resident_)
+    add(lt.attn_post_norm, &l.attn_post_norm, false), add(lt.ffn_post_norm, &l.ffn_post_norm, false);
+    add(lt.out_scale, &l.out_scale, false), add(lt.router_scale, &l.router_scale, false);
+    add(lt.ffn_pre_norm_2, &l.ffn_pre_norm_2, false), add(lt.ffn_post_norm_1, &l.ffn_post_norm_1, false);
+    add(lt.ffn_post_norm_2, &l.ffn_post_norm_2, false), add(lt.down_exps_scale, &l.down_exps_scale, false);
+    add(lt.ple_gate, &l.ple_gate, true), add(lt.ple_proj, &l.ple_proj, true);
+    add(lt.ple_post_norm, &l.ple_post_norm, false);
+    if (g->experts_resident_) {
       add(lt.gate_exps, &l.gate_exps, true), add(lt.up_exps, &l.up_exps, true), add(lt.down_exps, &l.down_exps, true);
+      add(lt.gate_up_exps, &l.gate_exps, true);  // split into its halves below
+    }
   }
   // Every type checked before a byte is read, the streamed experts' too (the kernels read them from the GPU tier).
   if (!g->experts_resident_)
     for (const model::LayerTensors& lt : t.layers)
-      for (const gguf::TensorInfo* e : {lt.gate_exps, lt.up_exps, lt.down_exps})
+      for (const gguf::TensorInfo* e : {lt.gate_exps, lt.up_exps, lt.down_exps, lt.gate_up_exps})
         if (e) list.push_back({e, nullptr, 0, true});
   for (const Upload& u : list) {
     if (u.matrix && !matmul_type_supported(u.t->type))
@@ -123,9 +139,9 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
   std::erase_if(list, [](const Upload& u) { return u.view == nullptr; });
   uint64_t device = 0, host = 0;
   for (Upload& u : list) {
-    if (embd_on_host && u.t == t.token_embd) {
-      u.at = host;
-      host += u.t->n_bytes;
+    if (on_host(u.t)) {
+      u.at = align_up(host);
+      host = u.at + u.t->n_bytes;
       continue;
     }
     u.at = device;
@@ -137,29 +153,44 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
   }
   uint8_t* dev = g->arena_.as<uint8_t>();
   for (Upload& u : list) {
-    const bool on_host = embd_on_host && u.t == t.token_embd;
-    *u.view = model::mat_of(*u.t, on_host ? nullptr : dev + u.at);
-    if (!on_host) g->device_bytes_ += u.t->n_bytes;
+    *u.view = model::mat_of(*u.t, on_host(u.t) ? nullptr : dev + u.at);
+    if (!on_host(u.t)) g->device_bytes_ += u.t->n_bytes;
   }
   DF_TRY(copy_up(source, list, dev, host ? g->host_.data() : nullptr, o, &g->bytes_read_));
-  if (embd_on_host) {
+  if (host) {
     // The device's address of the pinned rows (every cudaHostAlloc'd block is mapped under unified addressing).
     cudaPointerAttributes a{};
     DF_CUDA_CHECK(cudaPointerGetAttributes(&a, g->host_.data()));
     if (a.type != cudaMemoryTypeHost || a.devicePointer == nullptr)
-      return Error{"token_embd: the GPU cannot read the pinned host rows (no unified addressing)"};
-    g->token_embd_ = model::mat_of(*t.token_embd, static_cast<const uint8_t*>(a.devicePointer));
+      return Error{"the GPU cannot read the pinned host rows of the embedding tables (no unified addressing)"};
+    for (const Upload& u : list)
+      if (on_host(u.t)) *u.view = model::mat_of(*u.t, static_cast<const uint8_t*>(a.devicePointer) + u.at);
+  }
+  if (t.rope_freqs) {  // small: read back for the session's RoPE table
+    g->rope_freqs_host_.resize(t.rope_freqs->n_bytes / 4);
+    DF_CUDA_CHECK(cudaMemcpy(g->rope_freqs_host_.data(), g->rope_freqs_.data, t.rope_freqs->n_bytes,
+                             cudaMemcpyDeviceToHost));
   }
   if (tied) g->output_ = g->token_embd_;
-  // One expert of each stacked tensor, and the stride to the next.
+  // One expert of each stacked tensor, and the stride to the next; a fused gate_up expert's two halves.
   if (g->experts_resident_)
-    for (GpuLayer& l : g->layers_)
+    for (uint32_t il = 0; il < spec.n_layer; ++il) {
+      GpuLayer& l = g->layers_[il];
+      const bool fused = t.layers[il].gate_up_exps != nullptr;
       for (auto [m, stride] : {std::pair{&l.gate_exps, &l.gate_stride}, std::pair{&l.up_exps, &l.up_stride},
                                std::pair{&l.down_exps, &l.down_stride}}) {
+        if (m->data == nullptr) continue;
         const int64_t rows = m->rows / int64_t(spec.n_expert);
         *stride = uint64_t(rows) * m->row_bytes;
         *m = m->slice(0, rows);
       }
+      if (fused) {
+        const int64_t F = l.gate_exps.rows / 2;
+        l.up_exps = l.gate_exps.slice(F, F);
+        l.gate_exps = l.gate_exps.slice(0, F);
+        l.up_stride = l.gate_stride;
+      }
+    }
   return g;
 }
 

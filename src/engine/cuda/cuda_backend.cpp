@@ -83,7 +83,8 @@ class CudaBackend final : public BackendModel {
     DF_ASSIGN(plan_, plan(f, m_.n_ctx(), m_.options().sessions, o));
     const bool stream = plan_.stream_experts || (o.slots && f.spec.moe());
     DF_ASSIGN(weights_, cuda::GpuWeights::upload(f.spec, f.tensors, source,
-                                                 {.experts = !stream, .token_embd_on_host = plan_.token_embd_on_host}));
+                                                 {.experts = !stream, .token_embd_on_host = plan_.token_embd_on_host,
+                                                  .ple_table_on_host = plan_.ple_table_on_host}));
     DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gpu_.spec = f.spec;
     gpu_.weights = weights_.get();

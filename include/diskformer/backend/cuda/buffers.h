@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "diskformer/gguf/types.h"
 #include "diskformer/model/spec.h"
@@ -43,8 +44,8 @@ int32_t moe_tile_slots(gguf::GgmlType weight_type);
 bool int8_mma_type(gguf::GgmlType weight_type);
 
 enum class Buf : int {
-  k_cache,     // [n_layer][n_ctx][kv_dim_k] f16
-  v_cache,     // [n_layer][n_ctx][kv_dim_v] f16
+  k_cache,     // per layer with a cache of its own [n_ctx][its kv_dim_k] f16, at kv_layout's offsets
+  v_cache,     // the same of [its kv_dim_v]
   rope,        // [n_ctx][n_rot / 2][cos, sin] f32
   tok, pos,    // [max_batch] int32
   x, xn, proj,  // [max_batch][n_embd] f32: residual, normed input, sublayer output
@@ -68,10 +69,25 @@ enum class Buf : int {
   guess,       // decode's look-ahead: [n_embd] normed row, [n_expert] router logits, [n_used] ids and weights
   // Dense weights of a dequant_prefill_type only:
   dequant,     // dequant_work_bytes(the widest input, max_batch)
+  // gemma4 only:
+  rope_swa,    // the sliding layers' RoPE table, as rope (the full layers')
+  ffn_out,     // [max_batch][n_embd] f32: the dense MLP's output beside the experts
+  moe_out,     // [max_batch][n_embd] f32: the routed experts' weighted sum
+  ple,         // [max_batch][n_layer][n_embd_per_layer] f32: the per-layer inputs
+  ple_rows,    // the same: the per-layer table's rows of the batch's tokens
+  ple_gate,    // [max_batch][n_embd_per_layer] f32
   count
 };
 constexpr int kBufCount = int(Buf::count);
 const char* buf_name(Buf b);
+
+// Where each layer's keys and values start in Buf::k_cache / Buf::v_cache (f16 elements): layers in order, each
+// with n_ctx rows of its own width; a layer that reads another's cache (gemma4's shared KV) has its offsets.
+struct KvLayout {
+  std::vector<uint64_t> k, v;  // [n_layer]
+  uint64_t k_elems = 0, v_elems = 0;
+};
+KvLayout kv_layout(const model::ModelSpec& spec, uint32_t n_ctx);
 
 struct SessionShape {
   uint32_t n_ctx = 4096;

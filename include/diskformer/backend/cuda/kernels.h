@@ -145,19 +145,22 @@ struct MoeGroupedMatmulArgs {
 void moe_matmul_grouped(const MoeGroupedMatmulArgs& a);
 
 // y = x / sqrt(mean(x^2) + eps) * weight per row (cpu::rms_norm; square sum in double). In place allowed (y == x).
+// With a scale s != 1, ((x * r) * s) * weight, each product rounded (gemma4's router input); weight null: no product.
 struct RmsNormArgs {
   const float* x = nullptr;       // [n_rows][cols]
-  const float* weight = nullptr;  // [cols]
+  const float* weight = nullptr;  // [cols] or null
   float* y = nullptr;             // [n_rows][cols]
   int64_t n_rows = 0, cols = 0;
   float eps = 1e-5f;
   cudaStream_t stream = nullptr;
+  float scale = 1.0f;
 };
 void rms_norm(const RmsNormArgs& a);
 
-// cos and sin of every (position, pair) for positions [0, n_pos), computed on the host exactly as cpu::rope does
-// (angle advanced by repeated multiplication): [n_pos][n_rot / 2] pairs of (cos, sin).
-std::vector<float> rope_table(int64_t n_pos, int n_rot, float base);
+// cos and sin of every (position, pair) for positions [0, n_pos), computed on the host exactly as cpu::rope_angles
+// does (angle advanced by repeated multiplication, divided by freq_factors[i] where given): [n_pos][n_rot / 2] pairs
+// of (cos, sin).
+std::vector<float> rope_table(int64_t n_pos, int n_rot, float base, const float* freq_factors = nullptr);
 
 // Rotates the first n_rot dimensions of every head of x [n_tok][n_heads][head_dim] in place; token t is at position
 // pos[t] (device), which must lie in the table.
@@ -198,24 +201,73 @@ struct AttentionArgs {
   const uint16_t* v = nullptr;     // [n_ctx][n_head_kv * head_dim_v] f16, 16-byte aligned
   float* out = nullptr;            // [n_tok][n_head * head_dim_v]
   const int32_t* pos = nullptr;    // [n_tok], each in [0, n_ctx)
-  int n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;  // head dims <= 256, multiples of 8
+  int n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;  // head dims <= 512, multiples of 8
   int64_t n_tok = 0;
   float scale = 1.0f;
   cudaStream_t stream = nullptr;
   int64_t n_ctx = 0;      // cache positions; sizes the split (required with work)
   float* work = nullptr;  // >= attention_work_bytes(n_tok, n_head, head_dim_v, n_ctx); nullptr: no split (slow decode)
+  // > 0: token t sees only positions pos[t] - window + 1 .. pos[t] (a sliding-window layer; the split kernel).
+  int64_t window = 0;
 };
 void attention(const AttentionArgs& a);
 
-// y[i] = silu(gate[i]) * up[i] (y may be gate).
-struct SwigluArgs {
+// The gate's activation of a gated FFN: SiLU (SwiGLU), or GELU as llama.cpp's CPU backend rounds it (the tanh
+// approximation looked up through a table of f16 results, cpu::gelu).
+enum class Glu { kSilu, kGelu };
+
+// y[i] = act(gate[i]) * up[i] (y may be gate), as cpu::swiglu / cpu::geglu.
+struct GluArgs {
   const float* gate = nullptr;
   const float* up = nullptr;
   float* y = nullptr;
   int64_t n = 0;
   cudaStream_t stream = nullptr;
+  Glu act = Glu::kSilu;
 };
-void swiglu(const SwigluArgs& a);
+void glu(const GluArgs& a);
+
+// y[t][i] = gelu(x[t][i]) * (m ? m[t * m_stride + i] : 1) for t < n_rows, i < cols (cpu::gelu, then the product):
+// gemma4's per-layer input gate, whose multiplier is one layer's slice of the per-layer inputs. y may be x.
+struct GeluArgs {
+  const float* x = nullptr;     // [n_rows][cols]
+  const float* m = nullptr;     // row t at m + t * m_stride, or null
+  int64_t m_stride = 0;
+  float* y = nullptr;           // [n_rows][cols]
+  int64_t n_rows = 0, cols = 0;
+  cudaStream_t stream = nullptr;
+};
+void gelu(const GeluArgs& a);
+
+// x[i] *= s, or by the device scalar *s_dev where set (a layer's output scale, read on the device).
+struct ScaleArgs {
+  float* x = nullptr;
+  int64_t n = 0;
+  float s = 1.0f;
+  const float* s_dev = nullptr;
+  cudaStream_t stream = nullptr;
+};
+void scale(const ScaleArgs& a);
+
+// x[i] = tanh(x[i] * (1 / cap)) * cap: the logits' soft cap.
+struct SoftcapArgs {
+  float* x = nullptr;
+  int64_t n = 0;
+  float cap = 0.0f;  // > 0
+  cudaStream_t stream = nullptr;
+};
+void softcap(const SoftcapArgs& a);
+
+// weights[v] *= scale[ids[v]] for v < n: each routed expert's output scale folded into its routing weight (one
+// rounding where the CPU rounds the output times the scale, then times the weight).
+struct ScaleRoutesArgs {
+  float* weights = nullptr;      // [n]
+  const int32_t* ids = nullptr;  // [n]
+  const float* scale = nullptr;  // [n_expert]
+  int64_t n = 0;
+  cudaStream_t stream = nullptr;
+};
+void scale_routes(const ScaleRoutesArgs& a);
 
 // x[i] += y[i]: the residual connection.
 struct AddArgs {
@@ -320,7 +372,9 @@ struct RmsNormQ8Args {
 void rms_norm_q8(const RmsNormQ8Args& a);
 
 // The attention inputs' per-head steps in one launch, as rms_norm (q_norm, k_norm per head; skipped when null), rope
-// of q and k, and store_kv of k and v compute them; q and k are updated in place.
+// of q and k, and store_kv of k and v compute them; q and k are updated in place. v_norm: each value head is RMS-normed
+// (no weight) before its store. k null: queries only (a layer that reads another layer's cache; v and the caches
+// unused).
 struct QkNormRopeStoreArgs {
   float* q = nullptr;              // [n_tok][n_head * head_dim_k]
   float* k = nullptr;              // [n_tok][n_head_kv * head_dim_k]
@@ -338,11 +392,12 @@ struct QkNormRopeStoreArgs {
   uint16_t* v_cache = nullptr;     // [n_ctx][n_head_kv * head_dim_v] f16
   int64_t n_ctx = 0;
   cudaStream_t stream = nullptr;
+  bool v_norm = false;
 };
 void qk_norm_rope_store(const QkNormRopeStoreArgs& a);
 
 // Routed experts of a few tokens in two launches. moe_decode_gate_up: for slot v = t * n_used + k, act[v] =
-// silu(gate_e . x[t]) * up_e . x[t] with e = ids[v], quantized to Q8_0 in the epilogue (as moe_matmul, swiglu and
+// act(gate_e . x[t]) * up_e . x[t] with e = ids[v], quantized to Q8_0 in the epilogue (as moe_matmul, glu and
 // quantize_q8_0 compute them). moe_decode_down: out[t] = x[t] + sum over k in order of weights[t][k] *
 // (down_e . act[t * n_used + k]) (moe_matmul, moe_combine and add). Experts are addressed as in MoeMatmulArgs (w
 // describes expert 0; expert e at w.data + e * stride), so a pool of cached experts works through remapped ids.
@@ -358,6 +413,7 @@ struct MoeDecodeGateUpArgs {
   float* act = nullptr;              // [n_tok * n_used][n_ff] f32, or null
   uint8_t* act_q8 = nullptr;         // [n_tok * n_used][n_ff / 32] Q8_0 blocks
   cudaStream_t stream = nullptr;
+  Glu glu = Glu::kSilu;
 };
 void moe_decode_gate_up(const MoeDecodeGateUpArgs& a);
 

@@ -66,12 +66,14 @@ struct GpuResident {
   uint64_t attention = 0;   // wq, wk, wv, wo of every layer
   uint64_t norms = 0;       // attn, ffn, q and k norms of every layer, and output_norm (f32)
   uint64_t routers = 0;     // ffn_gate_inp of every MoE layer ([n_expert] x [n_embd])
-  uint64_t dense_ffn = 0;   // ffn_gate, ffn_up, ffn_down of dense layers
+  uint64_t dense_ffn = 0;   // ffn_gate, ffn_up, ffn_down of dense layers (gemma4: every layer's, and the per-layer
+                            // input gate, projections and the model's per-layer projection)
+  uint64_t ple_table = 0;   // gemma4's per-layer embedding table [n_vocab] x [n_layer * n_embd_per_layer]
   uint64_t kv_cache = 0;    // f16 [n_layer][n_ctx][kv_dim_k + kv_dim_v], for each session
   uint64_t work = 0;        // each session's other buffers at max_batch (buffers.h)
   uint64_t margin = 0;      // kGpuMarginBytes
 
-  uint64_t weights() const { return token_embd + output + attention + norms + routers + dense_ffn; }
+  uint64_t weights() const { return token_embd + output + attention + norms + routers + dense_ffn + ple_table; }
   uint64_t total() const { return context + weights() + kv_cache + work + margin; }
 };
 
@@ -90,6 +92,9 @@ struct GpuPlan {
   // Streaming with an untied output head: the token embeddings stay in pinned host RAM (a token's row is read from
   // there; resident.token_embd is 0). A tied head reads every row every token, so they stay on the GPU.
   bool token_embd_on_host = false;
+  // A budget below the all-resident plan: gemma4's per-layer embedding table stays in pinned host RAM (a token's row
+  // of every layer is read from there; resident.ple_table is 0).
+  bool ple_table_on_host = false;
 
   uint64_t pool_bytes() const { return stream_experts ? uint64_t(slots) * record_bytes : experts_bytes; }
   uint64_t total_bytes() const { return resident.total() + pool_bytes(); }

@@ -25,6 +25,9 @@ struct GpuLayer {
   // down [n_embd] x [n_ff_expert]); expert e starts at data + e * stride.
   model::Mat gate_exps, up_exps, down_exps;
   uint64_t gate_stride = 0, up_stride = 0, down_stride = 0;
+  // gemma4, as model::LayerWeights (a fused gate_up tensor gives gate_exps and up_exps as its halves)
+  model::Mat attn_post_norm, ffn_post_norm, out_scale, router_scale, ffn_pre_norm_2, ffn_post_norm_1,
+      ffn_post_norm_2, down_exps_scale, ple_gate, ple_proj, ple_post_norm;
 };
 
 struct UploadOptions {
@@ -32,6 +35,8 @@ struct UploadOptions {
   // Token embedding rows read by the GPU from pinned host RAM instead of device memory (an untied head only: a tied
   // one reads every row every token).
   bool token_embd_on_host = false;
+  // gemma4's per-layer embedding table likewise (one row of every token a step, far fewer bytes than its size).
+  bool ple_table_on_host = false;
   uint64_t staging_bytes = 64ull << 20;  // pinned RAM the copies go through, in two halves
 };
 
@@ -45,10 +50,16 @@ class GpuWeights {
   const model::Mat& token_embd() const { return token_embd_; }
   const model::Mat& output() const { return output_; }  // token_embd's bytes when tied
   const float* output_norm() const { return output_norm_.f32(); }
+  // gemma4: the per-layer embedding table (device or mapped host rows), its projection and norm; the full layers'
+  // RoPE frequency divisors on the device and on the host (for the RoPE table).
+  const model::Mat& ple_table() const { return ple_table_; }
+  const model::Mat& ple_model_proj() const { return ple_model_proj_; }
+  const float* ple_proj_norm() const { return ple_proj_norm_.f32(); }
+  const std::vector<float>& rope_freqs() const { return rope_freqs_host_; }
   const GpuLayer& layer(uint32_t il) const { return layers_[il]; }
   bool experts_resident() const { return experts_resident_; }
   uint64_t device_bytes() const { return device_bytes_; }  // tensor bytes on the device
-  uint64_t host_bytes() const { return host_.size(); }     // token embeddings kept in pinned RAM
+  uint64_t host_bytes() const { return host_.size(); }     // tables kept in pinned RAM
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:
@@ -56,6 +67,8 @@ class GpuWeights {
   DeviceBuffer arena_;  // every device tensor, 256-byte aligned
   io::AlignedBuffer host_;
   model::Mat token_embd_, output_norm_, output_;
+  model::Mat ple_table_, ple_model_proj_, ple_proj_norm_, rope_freqs_;
+  std::vector<float> rope_freqs_host_;
   std::vector<GpuLayer> layers_;
   bool experts_resident_ = false;
   uint64_t device_bytes_ = 0, bytes_read_ = 0;
