@@ -287,6 +287,7 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   line("routers", r.routers);
   line("dense FFN", r.dense_ffn);
   line("KV cache", r.kv_cache);
+  if (r.recurrent) line("recurrent state", r.recurrent);
   line("work buffers", r.work);
   line("margin", r.margin);
   line("total", r.total());

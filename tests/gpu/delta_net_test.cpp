@@ -59,7 +59,9 @@ TEST_P(CudaDeltaNet, ConvolutionMatchesTheCpu) {
                             .save = save_after ? dsave.as<float>() : nullptr, .save_after = save_after});
   const auto got = download<float>(dy, n * C);
   EXPECT_EQ(download<float>(dwin, W * C), window);
-  if (save_after) EXPECT_EQ(download<float>(dsave, W * C), want_save);
+  if (save_after) {
+    EXPECT_EQ(download<float>(dsave, W * C), want_save);
+  }
   const double d = rel_diff(got, want);
   std::printf("[delta-net conv] n %lld: max rel diff %.3g\n", (long long)n, d);
   EXPECT_LE(d, 1e-5);

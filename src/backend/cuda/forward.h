@@ -19,13 +19,14 @@ class Forward {
  public:
   Forward(const GpuModel& m, std::vector<DeviceBuffer>& buf, const GpuSessionOptions& o)
       : m_(m), buf_(buf), o_(o), experts_(m, buf, o.grouped_experts) {}
+  virtual ~Forward() = default;
 
   // One batch of n <= max_batch tokens whose ids and positions are in Buf::tok / Buf::pos; the logits of the last
-  // token, or of all n, into `logits`.
-  void run(int64_t n, bool all_logits, float* logits);
+  // token, or of all n, into `logits`. A family whose layers differ overrides it (forward_qwen35.h).
+  virtual void run(int64_t n, bool all_logits, float* logits);
   RoutedExperts& experts() { return experts_; }
 
- private:
+ protected:
   template <typename T>
   T* at(Buf b) const { return buf_[size_t(b)].as<T>(); }
   void attention_block(const GpuLayer& l, uint32_t il, int64_t n);

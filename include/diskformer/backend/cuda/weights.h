@@ -25,6 +25,9 @@ struct GpuLayer {
   // down [n_embd] x [n_ff_expert]); expert e starts at data + e * stride.
   model::Mat gate_exps, up_exps, down_exps;
   uint64_t gate_stride = 0, up_stride = 0, down_stride = 0;
+  // qwen35moe (model::LayerWeights' fields): a DeltaNet layer's projections, convolution and gates; the shared expert.
+  model::Mat ssm_qkv, ssm_z, ssm_conv, ssm_dt_bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;
+  model::Mat gate_inp_shexp, gate_shexp, up_shexp, down_shexp;
 };
 
 struct UploadOptions {
