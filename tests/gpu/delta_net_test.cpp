@@ -36,7 +36,7 @@ class CudaDeltaNet : public ::testing::TestWithParam<int64_t> {};  // tokens per
 TEST_P(CudaDeltaNet, ConvolutionMatchesTheCpu) {
   DF_REQUIRE_GPU();
   const int64_t n = GetParam(), C = 1536 + 32, K = 4, W = K - 1;
-  const int64_t save_after = n > 1 ? n / 2 + 1 : 0;
+  const int64_t save_after = n > 1 ? (n + 1) / 2 : 0;  // inside the batch: 0 < save_after < n
   const auto x = random_floats(n * C, 11, -2.0f, 2.0f);
   const auto w = random_floats(C * K, 12);
   const auto window0 = random_floats(W * C, 13, -2.0f, 2.0f);
@@ -92,7 +92,7 @@ TEST_P(CudaDeltaNet, L2NormMatchesTheCpu) {
 TEST_P(CudaDeltaNet, GatedDeltaRuleMatchesTheCpu) {
   DF_REQUIRE_GPU();
   const int64_t n = GetParam(), S = 128, Hk = 2, Hv = 4, stride = (2 * Hk + Hv) * S;
-  const int64_t save_after = n > 1 ? n / 2 + 1 : 0;
+  const int64_t save_after = n > 1 ? (n + 1) / 2 : 0;  // inside the batch: 0 < save_after < n
   // q and k L2-normalized per head, as the convolution leaves them; v, the gates' inputs and a prior state random.
   auto conv = random_floats(n * stride, 31);
   for (int64_t t = 0; t < n; ++t)
