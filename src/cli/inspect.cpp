@@ -247,10 +247,6 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   }
   const engine::ModelFiles& mf = **m;
   const gguf::File& f = mf.file;
-  if (auto why = cuda::cuda_unsupported(mf.spec)) {
-    std::fprintf(stderr, "diskformer inspect: %s: %s: no GPU plan\n", path.c_str(), why->c_str());
-    return 1;
-  }
   // -c absent: the context the engine commands default to.
   if (n_ctx == 0) n_ctx = std::min<uint32_t>(mf.spec.n_ctx_train ? mf.spec.n_ctx_train : 4096, 4096);
   if (mf.spec.n_ctx_train && n_ctx > mf.spec.n_ctx_train)
@@ -291,6 +287,7 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   else if (r.ple_table)
     line("per-layer embeddings", r.ple_table);
   line("KV cache", r.kv_cache);
+  if (r.recurrent) line("recurrent state", r.recurrent);
   line("work buffers", r.work);
   line("margin", r.margin);
   line("total", r.total());

@@ -10,7 +10,7 @@
 namespace df::engine {
 
 uint64_t hybrid_state_bytes(const model::ModelSpec& spec) {
-  return uint64_t(2 + kStateSnapshots) * cpu::RecurrentState::bytes_for(spec);  // live, copies, one spare
+  return uint64_t(2 + model::kStateSnapshots) * cpu::RecurrentState::bytes_for(spec);  // live, copies, one spare
 }
 
 namespace {
@@ -38,7 +38,7 @@ class HybridCpuSequence final : public Sequence {
     const std::span<const int32_t> batch(tokens_.data() + start, tokens_.size() - start);
     const uint32_t end = uint32_t(tokens_.size());
     const bool prompt = tokens.size() >= 2;
-    const uint32_t lead = prompt && end > start + kSnapshotLead ? end - kSnapshotLead : 0;
+    const uint32_t lead = model::snapshot_lead(start, end, tokens.size());
 
     const uint32_t n_batch = std::max<uint32_t>(1, m_.options().n_batch);
     const uint32_t skip = before - start;  // rows of recomputed positions, not the caller's
@@ -94,38 +94,14 @@ class HybridCpuSequence final : public Sequence {
   void set_routing_stats(model::RoutingStats* r) override { forward_.set_routing_stats(r); }
 
  private:
-  // Storage for a new copy, its contents to be overwritten: the oldest copy once there are enough, else the spare
-  // a dropped copy left, else new. A sequence holds at most the live state, kStateSnapshots copies and one spare.
-  cpu::RecurrentState take() {
-    cpu::RecurrentState s;
-    if (copies_.size() >= kStateSnapshots) {
-      s = std::move(copies_.front());
-      copies_.erase(copies_.begin());
-    } else if (spare_) {
-      s = std::move(*spare_);
-      spare_.reset();
-    } else {
-      s = cpu::RecurrentState(m_.spec());
-    }
-    return s;
-  }
-  void keep(cpu::RecurrentState s) {
-    drop_copies_after(s.n_past - 1);
-    copies_.push_back(std::move(s));
-  }
-  void drop_copies_after(uint32_t pos) {
-    while (!copies_.empty() && copies_.back().n_past > pos) {
-      spare_ = std::move(copies_.back());
-      copies_.pop_back();
-    }
-  }
+  cpu::RecurrentState take() { return copies_.take([&] { return cpu::RecurrentState(m_.spec()); }); }
+  void keep(cpu::RecurrentState s) { copies_.keep(std::move(s)); }
+  void drop_copies_after(uint32_t pos) { copies_.drop_after(pos); }
   // The state of the newest copy at or before pos (the empty state where none is); the KV cache's later entries
   // are written again as the positions after it are recomputed.
   void restore(uint32_t pos) {
-    auto it = std::find_if(copies_.rbegin(), copies_.rend(),
-                           [&](const cpu::RecurrentState& c) { return c.n_past <= pos; });
-    if (it != copies_.rend()) {
-      state_ = *it;
+    if (const cpu::RecurrentState* c = copies_.at_or_before(pos)) {
+      state_ = *c;
     } else {
       state_.clear();
     }
@@ -143,8 +119,7 @@ class HybridCpuSequence final : public Sequence {
   cpu::RecurrentState state_;
   cpu::HybridForward forward_;
   std::vector<int32_t> tokens_;             // every kept position's token (what a recomputation feeds again)
-  std::vector<cpu::RecurrentState> copies_;  // ascending position
-  std::optional<cpu::RecurrentState> spare_;
+  model::StateCopies<cpu::RecurrentState> copies_;
   std::vector<float> all_logits_;
   bool rows_all_ = false;
 };

@@ -44,10 +44,6 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   m->options_.progress = nullptr;  // the caller's, for open only
   DF_ASSIGN(m->files_, open_model_files(path));
   const model::ModelSpec& spec = m->files_->spec;
-  // The CUDA forward has no graph for these families yet: refused here, before any GPU work, so that a default CUDA
-  // run falls back to the CPU.
-  if (o.backend == Backend::kCuda)
-    if (auto why = cuda::cuda_unsupported(spec)) return Error{path + ": " + *why};
   m->n_ctx_ = o.n_ctx ? o.n_ctx : std::min<uint32_t>(spec.n_ctx_train ? spec.n_ctx_train : 4096, 4096);
   // On CUDA the KV cache and work buffers are on the GPU (its plan counts them), and RAM holds what the GPU tier
   // streams from: the RAM plan then leaves them out and is not held against the machine's RAM.

@@ -1,13 +1,16 @@
 // A hybrid model's sequence (qwen35moe: DeltaNet layers with a recurrent state): truncate() anywhere -- onto a copy
 // of the state, between copies, before all of them, into positions still to be recomputed -- then eval equals a
 // fresh session given the kept tokens and the new ones in one batch; a two-turn chat equals the same conversation
-// rendered and run in one go; the plan counts the state; CUDA refuses the model at open.
+// rendered and run in one go; the RAM and GPU plans count the state.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "diskformer/backend/cpu/ops.h"
+#include "diskformer/backend/cpu/recurrent_state.h"
+#include "diskformer/backend/cuda/plan.h"
+#include "diskformer/engine/model_files.h"
 #include "diskformer/chat/template.h"
 #include "diskformer/engine/generate.h"
 #include "diskformer/engine/model.h"
@@ -164,13 +167,29 @@ TEST(HybridSequence, PlanCountsTheStateAndAttentionLayersOnly) {
   EXPECT_NE((*m)->describe().find("recurrent state"), std::string::npos) << (*m)->describe();
 }
 
-TEST(HybridSequence, CudaRefusesTheModelAtOpen) {
+// The GPU plan counts the DeltaNet layers' weights, the KV cache of the attention layers only and the recurrent
+// state (live, and its copy inside a batch) with the session's buffers.
+TEST(HybridSequence, GpuPlanCountsTheStateAndAttentionLayersOnly) {
   DF_REQUIRE_SHARED(path, kModel);
-  auto m = Model::open(path.string(), {.n_ctx = 64, .threads = 1, .backend = engine::Backend::kCuda});
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.error().message.find("the CUDA backend does not run qwen35moe models yet"), std::string::npos)
-      << m.error().message;
-  EXPECT_EQ(m.error().message.find('\n'), std::string::npos);
+  auto f = engine::open_model_files(path.string());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  const auto& spec = (*f)->spec;
+  auto p = cuda::plan_gpu(spec, (*f)->tensors, (*f)->layouts, {.n_ctx = 512});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->resident.kv_cache, 2ull * 512 * 512 * 2);
+  EXPECT_EQ(p->resident.recurrent, 2ull * 6 * (3 * 1024 + 4 * 128 * 128) * 4);
+  EXPECT_EQ(cuda::recurrent_state_bytes(spec), cpu::RecurrentState::bytes_for(spec));
+  // Every DeltaNet projection is in the attention item, the shared experts in the dense FFN one.
+  uint64_t delta = 0, shared = 0;
+  for (const auto& l : (*f)->tensors.layers) {
+    for (auto* t : {l.ssm_qkv, l.ssm_z, l.ssm_beta, l.ssm_alpha, l.ssm_out})
+      if (t) delta += t->n_bytes;
+    for (auto* t : {l.gate_shexp, l.up_shexp, l.down_shexp}) shared += t->n_bytes;
+  }
+  EXPECT_GT(delta, 0u);
+  EXPECT_GE(p->resident.attention, delta);
+  EXPECT_GE(p->resident.dense_ffn, shared);
+  EXPECT_NE(p->describe().find("recurrent state"), std::string::npos) << p->describe();
 }
 
 // The reply the chat command prints for a conversation, generated here from one fresh session.
@@ -212,7 +231,7 @@ void copy_with_chat_template(const std::string& from, const std::string& to, con
 // copy. Either way the replies are those of the whole conversation rendered and run in one go.
 void check_two_turns(const std::string& model_path) {
   const std::string turns[] = {"Hello", "And then?"};
-  const CliRun r = run_cli_capture("chat -m " + model_path + " -n 8 --temp 0 --ignore-eos -t 2 --quiet",
+  const CliRun r = run_cli_capture("chat --backend cpu -m " + model_path + " -n 8 --temp 0 --ignore-eos -t 2 --quiet",
                                    turns[0] + "\n" + turns[1] + "\n");
   ASSERT_EQ(r.status, 0) << r.err;
 
@@ -246,15 +265,15 @@ TEST(HybridChat, TwoTurnsEqualOneGoWhereTheTemplateRewritesTheFirstPrompt) {
   check_two_turns(copy);
 }
 
-// The run command prints llama.cpp's completion of a stable case, all resident and with its experts streamed; there
-// is no GPU plan for the model.
-TEST(HybridCli, RunPrintsLlamaCppsCompletionAndInspectHasNoGpuPlan) {
+// The run command prints llama.cpp's completion of a stable case, all resident and with its experts streamed;
+// inspect plans the model for the GPU.
+TEST(HybridCli, RunPrintsLlamaCppsCompletionAndInspectPlansItForTheGpu) {
   DF_REQUIRE_SHARED(path, kModel);
   const auto cases = read_gold((shared_dir() / "models/qwen35moe-q8_0.gold.json").string());
   const GoldCase& c = cases.at(0);
   ASSERT_TRUE(c.stable);
   const std::string base =
-      "run -m " + path.string() + " -p '" + c.prompt + "' -n 32 --temp 0 --ignore-eos -t 2 -c 512";
+      "run --backend cpu -m " + path.string() + " -p '" + c.prompt + "' -n 32 --temp 0 --ignore-eos -t 2 -c 512";
   // The smallest budget the plan accepts at that context: experts through 2 x top-k slots.
   auto probe = Model::open(path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = uint64_t(1) << 30});
   ASSERT_TRUE(probe.ok()) << probe.error().message;
@@ -268,8 +287,9 @@ TEST(HybridCli, RunPrintsLlamaCppsCompletionAndInspectHasNoGpuPlan) {
     }
   }
   const CliRun plan = run_cli_capture("inspect -m " + path.string() + " --gpu-budget 4G");
-  EXPECT_EQ(plan.status, 1);
-  EXPECT_NE(plan.err.find("the CUDA backend does not run qwen35moe models yet"), std::string::npos) << plan.err;
+  EXPECT_EQ(plan.status, 0) << plan.err;
+  EXPECT_NE(plan.out.find("all resident"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("recurrent state"), std::string::npos) << plan.out;
 }
 
 }  // namespace

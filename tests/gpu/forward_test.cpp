@@ -16,7 +16,7 @@ namespace {
 const char* const kModels[] = {"qwen3moe-q4_0",    "qwen3moe-q8_0",   "qwen3-q4_0",      "llama-f16",
                                "mixtral-q4_0",     "qwen3moe-q4_k_m", "qwen3moe-q3_k_m", "qwen3moe-iq4_xs",
                                "qwen3-q6_k",       "qwen3-q2_k",      "mixtral-q5_k_m",  "gemma4-moe-q8_0",
-                               "gemma4-e2b-q8_0"};
+                               "gemma4-e2b-q8_0",  "qwen35moe-q8_0"};
 
 int32_t host_argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
 

@@ -29,7 +29,7 @@ TEST(GpuPlanOnDevice, SessionAndWeightBytesMatchThePlan) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   for (const char* name : {"qwen3moe-q4_0", "qwen3moe-q8_0", "mixtral-q4_0", "qwen3-q4_0", "llama-f16",
-                           "qwen3moe-q4_k_m", "qwen3-q6_k"}) {
+                           "qwen3moe-q4_k_m", "qwen3-q6_k", "qwen35moe-q8_0"}) {
     DF_REQUIRE_SHARED(path, std::string("models/") + name + ".gguf");
     SCOPED_TRACE(name);
     auto files = engine::open_model_files(path.string());
@@ -56,7 +56,8 @@ TEST(GpuPlanOnDevice, SessionAndWeightBytesMatchThePlan) {
       // The K-quant files' dense products prefill through dequantized tiles, whose workspace the session holds.
       bool dequant = f.tensors.output && cuda::dequant_prefill_type(f.tensors.output->type);
       for (const auto& l : f.tensors.layers)
-        for (auto* w : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down})
+        for (auto* w : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down, l.ssm_qkv, l.ssm_z, l.ssm_beta,
+                        l.ssm_alpha, l.ssm_out, l.gate_shexp, l.up_shexp, l.down_shexp})
           dequant = dequant || (w && cuda::dequant_prefill_type(w->type));
       const uint64_t want =
           cuda::session_buffers(f.spec, {.n_ctx = 512, .max_batch = batch, .dequant_tiles = dequant}).total();

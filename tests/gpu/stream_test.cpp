@@ -19,7 +19,8 @@ namespace df::test {
 namespace {
 
 const char* const kMoeModels[] = {"qwen3moe-q4_0",   "qwen3moe-q8_0",   "mixtral-q4_0",  "qwen3moe-q4_k_m",
-                                  "qwen3moe-q3_k_m", "qwen3moe-iq4_xs", "mixtral-q5_k_m", "gemma4-moe-q8_0"};
+                                  "qwen3moe-q3_k_m", "qwen3moe-iq4_xs", "mixtral-q5_k_m", "gemma4-moe-q8_0",
+                                  "qwen35moe-q8_0"};
 
 class GpuStream : public ::testing::TestWithParam<const char*> {};
 

@@ -66,7 +66,9 @@ const char* buf_name(Buf b) {
       "quantized activations", "logits", "the next token", "streamed experts' activations",
       "streamed experts' plans", "streamed experts' quantized inputs", "look-ahead routing",
       "dequantized weight tiles", "sliding layers' RoPE table", "dense FFN outputs", "expert sums",
-      "per-layer inputs", "per-layer embedding rows", "per-layer input gates"};
+      "per-layer inputs", "per-layer embedding rows", "per-layer input gates", "gated queries",
+      "DeltaNet projections", "DeltaNet convolution outputs", "DeltaNet output gates", "DeltaNet decay inputs",
+      "DeltaNet update rates", "DeltaNet outputs", "shared expert gates", "recurrent state", "recurrent state copy"};
   return names[int(b)];
 }
 
@@ -87,6 +89,7 @@ KvLayout kv_layout(const model::ModelSpec& s, uint32_t n_ctx) {
       continue;
     }
     l.k[il] = l.k_elems, l.v[il] = l.v_elems;
+    if (s.is_recurrent(il)) continue;  // a DeltaNet layer: no cache
     l.k_elems += uint64_t(n_ctx) * ls.kv_dim_k();
     l.v_elems += uint64_t(n_ctx) * ls.kv_dim_v();
   }
@@ -98,7 +101,8 @@ BufferTable session_buffers(const model::ModelSpec& s, const SessionShape& sh) {
   auto set = [&](Buf b, uint64_t n) { t.bytes[size_t(b)] = n; };
   const uint64_t B = std::min(sh.max_batch, sh.n_ctx), C = sh.n_ctx, E = s.n_embd;
   const uint64_t K = std::max<uint32_t>(s.n_expert_used, 1), nk = B * K;
-  const uint64_t ff = std::max<uint64_t>(s.n_ff, uint64_t(s.n_expert_used) * s.n_ff_expert);
+  const uint64_t ff = std::max<uint64_t>({s.n_ff, uint64_t(s.n_expert_used) * s.n_ff_expert, s.n_ff_shared});
+  // Layers with a cache of their own (a hybrid's DeltaNet layers have none; the forward indexes the others in order).
   const KvLayout kv = kv_layout(s, sh.n_ctx);
   set(Buf::k_cache, kv.k_elems * 2);
   set(Buf::v_cache, kv.v_elems * 2);
@@ -125,7 +129,8 @@ BufferTable session_buffers(const model::ModelSpec& s, const SessionShape& sh) {
     }
   }
   // The widest input of any product, for the most input vectors (the experts' down projection has B * K).
-  const uint64_t max_cols = std::max<uint64_t>({E, uint64_t(s.n_head) * s.head_dim_v, s.n_ff, s.n_ff_expert});
+  const uint64_t max_cols = std::max<uint64_t>({E, uint64_t(s.n_head) * s.head_dim_v, s.n_ff, s.n_ff_expert,
+                                                 s.n_ff_shared, s.delta_net.v_dim()});
   set(Buf::scratch, (max_cols / 32 + 1) * kQ8Bytes * nk);
   if (sh.dequant_tiles) set(Buf::dequant, dequant_work_bytes(int64_t(max_cols), int64_t(B)));
   set(Buf::logits, uint64_t(s.n_vocab) * 4);
@@ -150,7 +155,30 @@ BufferTable session_buffers(const model::ModelSpec& s, const SessionShape& sh) {
     set(Buf::xq_stream, (E / 32) * kQ8Bytes * B);
     set(Buf::guess, (E + s.n_expert + 2 * K) * 4);
   }
+  if (s.family == model::Family::kQwen35Moe) {
+    const model::DeltaNetSpec& d = s.delta_net;
+    set(Buf::q_gate, B * 2 * s.q_dim() * 4);
+    set(Buf::ssm_mixed, B * d.conv_dim() * 4);
+    set(Buf::ssm_conv, B * d.conv_dim() * 4);
+    set(Buf::ssm_z, B * d.v_dim() * 4);
+    set(Buf::ssm_alpha, B * d.n_v_heads * 4);
+    set(Buf::ssm_beta, B * d.n_v_heads * 4);
+    set(Buf::ssm_core, B * d.v_dim() * 4);
+    set(Buf::sh_logit, B * 4);
+    set(Buf::rec_state, recurrent_state_bytes(s));
+    set(Buf::rec_save, recurrent_state_bytes(s));
+  }
   return t;
+}
+
+uint64_t recurrent_conv_floats(const model::ModelSpec& s) {
+  if (s.n_recurrent() == 0) return 0;
+  return uint64_t(s.n_recurrent()) * (s.delta_net.conv_kernel - 1) * s.delta_net.conv_dim();
+}
+
+uint64_t recurrent_state_bytes(const model::ModelSpec& s) {
+  const model::DeltaNetSpec& d = s.delta_net;
+  return (recurrent_conv_floats(s) + uint64_t(s.n_recurrent()) * d.n_v_heads * d.head_dim * d.head_dim) * 4;
 }
 
 }  // namespace df::cuda

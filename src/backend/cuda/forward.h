@@ -22,7 +22,7 @@ class Forward {
   virtual ~Forward() = default;
 
   // One batch of n <= max_batch tokens whose ids and positions are in Buf::tok / Buf::pos; the logits of the last
-  // token, or of all n, into `logits`.
+  // token, or of all n, into `logits`. A family whose layers differ overrides it (forward_qwen35.h).
   virtual void run(int64_t n, bool all_logits, float* logits);
   RoutedExperts& experts() { return experts_; }
 
@@ -50,7 +50,7 @@ class Forward {
   const GpuSessionOptions& o_;
   RoutedExperts experts_;
 
- private:
+  // The llama families' sublayers (qwen35moe's feed-forward is qwen3moe's).
   void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
   void ffn_block(const GpuLayer& l, uint32_t il, int64_t n);
 };

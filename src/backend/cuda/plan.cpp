@@ -21,7 +21,9 @@ bool dense_dequant(const model::ModelTensors& t) {
   auto of = [](const gguf::TensorInfo* w) { return w != nullptr && dequant_prefill_type(w->type); };
   bool any = of(t.output);
   for (const auto& l : t.layers)
-    for (auto* w : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) any = any || of(w);
+    for (auto* w : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down, l.ssm_qkv, l.ssm_z, l.ssm_beta,
+                    l.ssm_alpha, l.ssm_out, l.gate_shexp, l.up_shexp, l.down_shexp})
+      any = any || of(w);
   return any;
 }
 
@@ -38,7 +40,9 @@ std::string itemize(const GpuPlan& p) {
   if (r.dense_ffn) s += ", " + item("dense FFN", r.dense_ffn);
   if (p.ple_table_on_host) s += ", per-layer embeddings in pinned host RAM";
   else if (r.ple_table) s += ", " + item("per-layer embeddings", r.ple_table);
-  s += ", KV cache " + format_size(r.kv_cache) + " at " + std::to_string(p.n_ctx) + " positions, work buffers " +
+  s += ", KV cache " + format_size(r.kv_cache) + " at " + std::to_string(p.n_ctx) + " positions";
+  if (r.recurrent) s += ", " + item("recurrent state", r.recurrent);
+  s += ", work buffers " +
        format_size(r.work) + " for batches of " + std::to_string(p.max_batch) + ", margin " + format_size(r.margin);
   return s;
 }
@@ -64,15 +68,6 @@ bool cpu_experts_round_alike(const model::RecordLayouts& layouts) {
   return true;
 }
 
-std::optional<std::string> cuda_unsupported(const model::ModelSpec& spec) {
-  const char* why = nullptr;
-  switch (spec.family) {
-    case model::Family::kQwen35Moe: why = "Gated DeltaNet layers"; break;
-    default: return std::nullopt;
-  }
-  return "the CUDA backend does not run " + spec.arch + " models yet (" + why + ")";
-}
-
 Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors& t,
                          const model::RecordLayouts& layouts, const GpuPlanOptions& o) {
   DF_CHECK(t.layers.size() == spec.n_layer);
@@ -88,13 +83,15 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   r.dense_ffn = gpu_bytes(t.ple_model_proj);
   r.ple_table = gpu_bytes(t.ple_table);
   for (const auto& l : t.layers) {
-    for (auto* w : {l.wq, l.wk, l.wv, l.wo}) r.attention += gpu_bytes(w);
-    for (auto* w : {l.attn_norm, l.ffn_norm, l.q_norm, l.k_norm, l.attn_post_norm, l.ffn_post_norm, l.out_scale,
-                    l.router_scale, l.ffn_pre_norm_2, l.ffn_post_norm_1, l.ffn_post_norm_2, l.down_exps_scale,
-                    l.ple_post_norm})
+    for (auto* w : {l.wq, l.wk, l.wv, l.wo, l.ssm_qkv, l.ssm_z, l.ssm_beta, l.ssm_alpha, l.ssm_out})
+      r.attention += gpu_bytes(w);
+    for (auto* w : {l.attn_norm, l.ffn_norm, l.q_norm, l.k_norm, l.ssm_conv, l.ssm_dt_bias, l.ssm_a, l.ssm_norm,
+                    l.attn_post_norm, l.ffn_post_norm, l.out_scale, l.router_scale, l.ffn_pre_norm_2,
+                    l.ffn_post_norm_1, l.ffn_post_norm_2, l.down_exps_scale, l.ple_post_norm})
       r.norms += gpu_bytes(w);
-    for (auto* w : {l.ffn_gate, l.ffn_up, l.ffn_down, l.ple_gate, l.ple_proj}) r.dense_ffn += gpu_bytes(w);
-    r.routers += gpu_bytes(l.gate_inp);
+    for (auto* w : {l.ffn_gate, l.ffn_up, l.ffn_down, l.gate_shexp, l.up_shexp, l.down_shexp, l.ple_gate, l.ple_proj})
+      r.dense_ffn += gpu_bytes(w);
+    r.routers += gpu_bytes(l.gate_inp) + gpu_bytes(l.gate_inp_shexp);
     for (auto* w : {l.gate_exps, l.up_exps, l.down_exps, l.gate_up_exps}) p.experts_bytes += gpu_bytes(w);
   }
   if (spec.moe()) p.record_bytes = cache::plane_slot_bytes(expert_planes(layouts));
@@ -103,8 +100,10 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   const BufferTable buffers =
       session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .dequant_tiles = dequant});
   const uint64_t kv_one = buffers[Buf::k_cache] + buffers[Buf::v_cache];
+  const uint64_t state_one = buffers[Buf::rec_state] + buffers[Buf::rec_save];
   r.kv_cache = kv_one * o.sessions;
-  r.work = (buffers.total() - kv_one) * o.sessions;
+  r.recurrent = state_one * o.sessions;
+  r.work = (buffers.total() - kv_one - state_one) * o.sessions;
   r.margin = kGpuMarginBytes;
   const uint64_t records = spec.moe() ? uint64_t(spec.n_layer) * spec.n_expert : 0;
   if (records > (1u << 31))
@@ -132,7 +131,7 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   r.work = (session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .streams_experts = true,
                                     .dequant_tiles = dequant})
                 .total() -
-            kv_one) *
+            kv_one - state_one) *
            o.sessions;
   const uint64_t need = r.total() + uint64_t(p.min_slots) * p.record_bytes;
   if (budget < need)
@@ -163,7 +162,8 @@ nlohmann::json GpuPlan::to_json() const {
   const GpuResident& r = resident;
   nlohmann::json res = {{"context", r.context},     {"token_embd", r.token_embd}, {"output", r.output},
                         {"attention", r.attention}, {"norms", r.norms},           {"routers", r.routers},
-                        {"dense_ffn", r.dense_ffn}, {"ple_table", r.ple_table}, {"kv_cache", r.kv_cache},     {"work", r.work},
+                        {"dense_ffn", r.dense_ffn}, {"ple_table", r.ple_table},   {"kv_cache", r.kv_cache},
+                        {"recurrent", r.recurrent}, {"work", r.work},
                         {"margin", r.margin},       {"total", r.total()}};
   return {{"mode", mode_name()},
           {"budget", budget ? nlohmann::json(*budget) : nlohmann::json(nullptr)},

@@ -4,8 +4,10 @@
 
 #include "backend/cuda/forward.h"
 #include "backend/cuda/forward_gemma4.h"
+#include "backend/cuda/forward_qwen35.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/cudart/check.h"
+#include "diskformer/cudart/pinned.h"
 #include "diskformer/util/check.h"
 
 namespace df::cuda {
@@ -21,7 +23,8 @@ Result<std::unique_ptr<GpuSession>> GpuSession::create(const GpuModel& model, co
   bool dequant = of(w.output());
   for (uint32_t il = 0; il < model.spec.n_layer; ++il) {
     const GpuLayer& l = w.layer(il);
-    for (const model::Mat* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
+    for (const model::Mat* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ssm_qkv, &l.ssm_z,
+                                &l.ssm_beta, &l.ssm_alpha, &l.ssm_out, &l.gate_shexp, &l.up_shexp, &l.down_shexp})
       dequant = dequant || of(*m);
   }
   const BufferTable table = session_buffers(model.spec, {.n_ctx = s->opt_.n_ctx, .max_batch = s->opt_.max_batch,
@@ -34,32 +37,50 @@ Result<std::unique_ptr<GpuSession>> GpuSession::create(const GpuModel& model, co
       DF_ASSIGN(s->buf_[size_t(b)], DeviceBuffer::alloc(table.bytes[size_t(b)], buf_name(Buf(b))));
     }
   const model::ModelSpec& sp = model.spec;
-  if (sp.family != model::Family::kGemma4) {
+  if (sp.family == model::Family::kGemma4) {
+    // A table for the full layers (their frequencies divided by rope_freqs) and one for the sliding layers; every
+    // layer of a kind rotates alike.
+    const std::vector<float>& ff = w.rope_freqs();
+    for (bool sliding : {false, true}) {
+      const model::LayerSpec* kind = nullptr;
+      for (const model::LayerSpec& l : sp.layers) {
+        if (l.sliding != sliding) continue;
+        if (kind && (l.n_rot != kind->n_rot || l.rope_base != kind->rope_base))
+          return Error{"GPU session: gemma4 layers of one kind with different RoPE (" + std::to_string(l.n_rot) +
+                       " dims, base " + std::to_string(l.rope_base) + ")"};
+        kind = &l;
+      }
+      if (!kind) continue;
+      const bool divided = !sliding && !ff.empty();
+      if (divided && ff.size() < kind->n_rot / 2)
+        return Error{"GPU session: rope_freqs has fewer than n_rot / 2 values"};
+      const std::vector<float> rope =
+          rope_table(s->opt_.n_ctx, int(kind->n_rot), kind->rope_base, divided ? ff.data() : nullptr);
+      s->buf_[size_t(sliding ? Buf::rope_swa : Buf::rope)].upload(rope.data(), rope.size() * 4);
+    }
+    s->forward_ = std::make_unique<Gemma4Forward>(model, s->buf_, s->opt_);
+  } else {
     const std::vector<float> rope = rope_table(s->opt_.n_ctx, int(sp.n_rot), sp.rope_base);
     if (!rope.empty()) s->buf_[size_t(Buf::rope)].upload(rope.data(), rope.size() * 4);
-    s->forward_ = std::make_unique<Forward>(model, s->buf_, s->opt_);
-    return s;
-  }
-  // gemma4: a table for the full layers (their frequencies divided by rope_freqs) and one for the sliding layers;
-  // every layer of a kind rotates alike.
-  const std::vector<float>& ff = w.rope_freqs();
-  for (bool sliding : {false, true}) {
-    const model::LayerSpec* kind = nullptr;
-    for (const model::LayerSpec& l : sp.layers) {
-      if (l.sliding != sliding) continue;
-      if (kind && (l.n_rot != kind->n_rot || l.rope_base != kind->rope_base))
-        return Error{"GPU session: gemma4 layers of one kind with different RoPE (" + std::to_string(l.n_rot) +
-                     " dims, base " + std::to_string(l.rope_base) + ")"};
-      kind = &l;
+    if (sp.family == model::Family::kQwen35Moe) {
+      auto f = std::make_unique<HybridForward>(model, s->buf_, s->opt_);
+      s->hybrid_forward_ = f.get();
+      s->forward_ = std::move(f);
+    } else {
+      s->forward_ = std::make_unique<Forward>(model, s->buf_, s->opt_);
     }
-    if (!kind) continue;
-    const bool divided = !sliding && !ff.empty();
-    if (divided && ff.size() < kind->n_rot / 2) return Error{"GPU session: rope_freqs has fewer than n_rot / 2 values"};
-    const std::vector<float> rope =
-        rope_table(s->opt_.n_ctx, int(kind->n_rot), kind->rope_base, divided ? ff.data() : nullptr);
-    s->buf_[size_t(sliding ? Buf::rope_swa : Buf::rope)].upload(rope.data(), rope.size() * 4);
   }
-  s->forward_ = std::make_unique<Gemma4Forward>(model, s->buf_, s->opt_);
+  if (sp.n_recurrent() > 0) {
+    s->hybrid_ = true;
+    DF_CUDA_CHECK(cudaMemsetAsync(s->buf_[size_t(Buf::rec_state)].data(), 0, table[Buf::rec_state], model.stream));
+    // Every copy's storage now, so that a failed allocation is an error of create, not of a later eval.
+    for (uint32_t i = 0; i < model::kStateSnapshots + 1; ++i) {
+      DF_ASSIGN(io::AlignedBuffer b,
+                io::AlignedBuffer::allocate(table[Buf::rec_state], 4096, pinned_host_allocator()));
+      s->free_.push_back(std::move(b));
+    }
+    DF_CUDA_CHECK(cudaStreamSynchronize(model.stream));
+  }
   return s;
 }
 
@@ -75,16 +96,22 @@ uint64_t GpuSession::cpu_experts_computed() const { return forward_->experts().c
 Status GpuSession::eval(std::span<const int32_t> tokens, bool all_logits) {
   const model::ModelSpec& s = model_.spec;
   const int64_t n = int64_t(tokens.size());
-  cudaStream_t stream = model_.stream;
   if (n == 0) return Error{"GPU forward: empty batch"};
-  if (n_past_ + n > opt_.n_ctx)
-    return Error{"context overflow: " + std::to_string(n_past_) + " positions used + " + std::to_string(n) +
+  if (n_past() + n > opt_.n_ctx)
+    return Error{"context overflow: " + std::to_string(n_past()) + " positions used + " + std::to_string(n) +
                  " new tokens exceed the context size " + std::to_string(opt_.n_ctx) + " (-c)"};
   for (int64_t t = 0; t < n; ++t)
     if (tokens[t] < 0 || uint32_t(tokens[t]) >= s.n_vocab)
       return Error{"token id " + std::to_string(tokens[t]) + " at batch position " + std::to_string(t) +
                    " is outside the vocabulary of " + std::to_string(s.n_vocab)};
+  if (hybrid_) return eval_hybrid(tokens, all_logits);
+  return run(tokens, all_logits, 0);
+}
 
+Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_t lead) {
+  const model::ModelSpec& s = model_.spec;
+  const int64_t n = int64_t(tokens.size());
+  cudaStream_t stream = model_.stream;
   const uint64_t V = s.n_vocab;
   logits_rows_ = all_logits ? uint64_t(n) : 1;
   logits_fresh_ = false;
@@ -112,6 +139,8 @@ Status GpuSession::eval(std::span<const int32_t> tokens, bool all_logits) {
                                   stream));
     DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::pos)].data(), staging_.data() + m, m * 4, cudaMemcpyHostToDevice,
                                   stream));
+    const uint32_t c1 = n_past_ + uint32_t(m);
+    if (lead > n_past_ && lead < c1) hybrid_forward_->save_after(lead - n_past_);
     // Streamed experts bring the router's choices to the host every layer, which a graph cannot hold.
     if (m == 1 && !all_logits && opt_.decode_graph && !model_.streamed) {
       decode_step_graph();
@@ -123,7 +152,11 @@ Status GpuSession::eval(std::span<const int32_t> tokens, bool all_logits) {
       DF_CUDA_CHECK(cudaStreamSynchronize(stream));
       return failed;
     }
-    n_past_ += uint32_t(m);
+    n_past_ = c1;
+    if (lead != 0 && lead == c1)
+      DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::rec_save)].data(), buf_[size_t(Buf::rec_state)].data(),
+                                    buf_[size_t(Buf::rec_state)].size(), cudaMemcpyDeviceToDevice, stream));
+    last_row_ = all_logits ? uint64_t(m - 1) : 0;
     if (all_logits) {
       DF_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + b0 * V, logits_dev.data(), m * V * 4,
                                     cudaMemcpyDeviceToHost, stream));
@@ -133,6 +166,58 @@ Status GpuSession::eval(std::span<const int32_t> tokens, bool all_logits) {
   }
   logits_fresh_ = all_logits;
   return {};
+}
+
+Status GpuSession::eval_hybrid(std::span<const int32_t> tokens, bool all_logits) {
+  // Positions that truncate() kept but whose state was given up go first, in the same batches.
+  const uint32_t before = uint32_t(tokens_.size()), start = n_past_;
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  const uint32_t end = uint32_t(tokens_.size());
+  const uint32_t lead = model::snapshot_lead(start, end, tokens.size());
+  if (Status st = run(std::span<const int32_t>(tokens_).subspan(start), all_logits, lead); !st.ok()) {
+    // Nothing of this eval is kept, and the state (advanced in some layers) comes from a copy.
+    tokens_.resize(before);
+    copies_.drop_after(before);
+    restore(before);
+    return st;
+  }
+  if (all_logits) {
+    // The caller's rows only, not the recomputed positions'.
+    const uint64_t V = model_.spec.n_vocab, skip = before - start;
+    logits_host_.erase(logits_host_.begin(), logits_host_.begin() + int64_t(skip * V));
+    logits_rows_ = tokens.size();
+  }
+  if (lead) keep_copy(Buf::rec_save, lead);
+  if (tokens.size() >= 2) keep_copy(Buf::rec_state, end);
+  return {};
+}
+
+void GpuSession::keep_copy(Buf from, uint32_t n_past) {
+  HostState c = copies_.take([&] {
+    DF_CHECK(!free_.empty());  // a sequence holds at most kStateSnapshots + 1 copies' storage
+    HostState h{.bytes = std::move(free_.back())};
+    free_.pop_back();
+    return h;
+  });
+  const DeviceBuffer& b = buf_[size_t(from)];
+  DF_CHECK(c.bytes.size() == b.size());
+  DF_CUDA_CHECK(cudaMemcpyAsync(c.bytes.data(), b.data(), b.size(), cudaMemcpyDeviceToHost, model_.stream));
+  DF_CUDA_CHECK(cudaStreamSynchronize(model_.stream));
+  c.n_past = n_past;
+  copies_.keep(std::move(c));
+}
+
+void GpuSession::restore(uint32_t pos) {
+  DeviceBuffer& b = buf_[size_t(Buf::rec_state)];
+  if (const HostState* c = copies_.at_or_before(pos)) {
+    DF_CUDA_CHECK(cudaMemcpyAsync(b.data(), c->bytes.data(), b.size(), cudaMemcpyHostToDevice, model_.stream));
+    n_past_ = c->n_past;
+  } else {
+    DF_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, b.size(), model_.stream));
+    n_past_ = 0;
+  }
+  // The KV cache's entries after n_past_ are written again as the positions after it are recomputed.
+  DF_CUDA_CHECK(cudaStreamSynchronize(model_.stream));
 }
 
 std::span<const float> GpuSession::logits() {
@@ -152,8 +237,7 @@ std::span<const float> GpuSession::logits() {
 const float* GpuSession::last_logits_device() const {
   DF_CHECK(logits_rows_ > 0);
   // The last row of what the last eval left on the device.
-  const uint64_t last_batch_rows = logits_rows_ == 1 ? 1 : (logits_rows_ - 1) % opt_.max_batch + 1;
-  return buf_[size_t(Buf::logits)].as<float>() + (last_batch_rows - 1) * model_.spec.n_vocab;
+  return buf_[size_t(Buf::logits)].as<float>() + last_row_ * model_.spec.n_vocab;
 }
 
 int32_t GpuSession::argmax() {
@@ -172,7 +256,16 @@ uint64_t GpuSession::device_bytes() const {
   return total;
 }
 
-void GpuSession::truncate(uint32_t n_keep) { n_past_ = std::min(n_past_, n_keep); }
+void GpuSession::truncate(uint32_t n_keep) {
+  if (!hybrid_) {
+    n_past_ = std::min(n_past_, n_keep);
+    return;
+  }
+  if (n_keep >= tokens_.size()) return;
+  tokens_.resize(n_keep);
+  copies_.drop_after(n_keep);
+  if (n_keep < n_past_) restore(n_keep);
+}
 
 void GpuSession::decode_step_graph() {
   if (!graph_) {

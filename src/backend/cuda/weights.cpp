@@ -123,6 +123,11 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
       add(lt.gate_exps, &l.gate_exps, true), add(lt.up_exps, &l.up_exps, true), add(lt.down_exps, &l.down_exps, true);
       add(lt.gate_up_exps, &l.gate_exps, true);  // split into its halves below
     }
+    add(lt.ssm_qkv, &l.ssm_qkv, true), add(lt.ssm_z, &l.ssm_z, true), add(lt.ssm_conv, &l.ssm_conv, false);
+    add(lt.ssm_dt_bias, &l.ssm_dt_bias, false), add(lt.ssm_a, &l.ssm_a, false), add(lt.ssm_beta, &l.ssm_beta, true);
+    add(lt.ssm_alpha, &l.ssm_alpha, true), add(lt.ssm_norm, &l.ssm_norm, false), add(lt.ssm_out, &l.ssm_out, true);
+    add(lt.gate_inp_shexp, &l.gate_inp_shexp, true), add(lt.gate_shexp, &l.gate_shexp, true);
+    add(lt.up_shexp, &l.up_shexp, true), add(lt.down_shexp, &l.down_shexp, true);
   }
   // Every type checked before a byte is read, the streamed experts' too (the kernels read them from the GPU tier).
   if (!g->experts_resident_)

@@ -76,13 +76,24 @@ enum class Buf : int {
   ple,         // [max_batch][n_layer][n_embd_per_layer] f32: the per-layer inputs
   ple_rows,    // the same: the per-layer table's rows of the batch's tokens
   ple_gate,    // [max_batch][n_embd_per_layer] f32
+  // qwen35moe only (the state's two: where it has DeltaNet layers):
+  q_gate,      // [max_batch][n_head][2][head_dim_k] f32: the attention layers' queries, each head's gate after it
+  ssm_mixed,   // [max_batch][conv_dim] f32: the DeltaNet layers' q, k, v projections
+  ssm_conv,    // [max_batch][conv_dim] f32: the same after the convolution, SiLU and the q/k L2 norms
+  ssm_z,       // [max_batch][v_dim] f32: the output gate's projections
+  ssm_alpha, ssm_beta,  // [max_batch][n_v_heads] f32: the decay's and the update rate's projections
+  ssm_core,    // [max_batch][v_dim] f32: the delta rule's outputs, then gated-normed
+  sh_logit,    // [max_batch] f32: the shared expert's gate logits
+  rec_state,   // recurrent_state_bytes: the DeltaNet layers' state, updated by every eval
+  rec_save,    // recurrent_state_bytes: the state at a position inside a batch (a sequence's copies)
   count
 };
 constexpr int kBufCount = int(Buf::count);
 const char* buf_name(Buf b);
 
 // Where each layer's keys and values start in Buf::k_cache / Buf::v_cache (f16 elements): layers in order, each
-// with n_ctx rows of its own width; a layer that reads another's cache (gemma4's shared KV) has its offsets.
+// with n_ctx rows of its own width; a layer that reads another's cache (gemma4's shared KV) has its offsets; a
+// DeltaNet layer has none (its offsets are the next layer's).
 struct KvLayout {
   std::vector<uint64_t> k, v;  // [n_layer]
   uint64_t k_elems = 0, v_elems = 0;
@@ -104,5 +115,11 @@ struct BufferTable {
 };
 
 BufferTable session_buffers(const model::ModelSpec& spec, const SessionShape& shape);
+
+// A hybrid model's recurrent state as the GPU keeps it, laid out as cpu::RecurrentState's two vectors one after the
+// other: conv [n_recurrent][conv_kernel - 1][conv_dim], then ssm [n_recurrent][n_v_heads][head_dim][head_dim], f32.
+// 0 for models without recurrent layers.
+uint64_t recurrent_conv_floats(const model::ModelSpec& spec);
+uint64_t recurrent_state_bytes(const model::ModelSpec& spec);
 
 }  // namespace df::cuda

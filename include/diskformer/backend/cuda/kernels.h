@@ -432,4 +432,89 @@ struct MoeDecodeDownArgs {
 };
 void moe_decode_down(const MoeDecodeDownArgs& a);
 
+// ---- Hybrid models (qwen35moe): the Gated DeltaNet layers' steps (cpu/delta_net.h is the reference) and the gates
+// of the attention layers and the shared expert.
+
+// cpu::causal_conv1d followed by SiLU (swiglu's x / (1 + exp(-x))): a thread per channel runs the batch's tokens in
+// order, each tap's product and sum rounded as the CPU rounds them; the window then holds the last kernel - 1 rows.
+// save (or null): the window after the first save_after tokens (0 < save_after < n_tok), laid out as window.
+struct CausalConvArgs {
+  const float* x = nullptr;     // [n_tok][channels]
+  int64_t n_tok = 0, channels = 0;
+  const float* w = nullptr;     // [channels][kernel] (ssm_conv1d)
+  int kernel = 0;               // 2 .. 16
+  float* window = nullptr;      // [kernel - 1][channels], oldest row first
+  float* y = nullptr;           // [n_tok][channels]; must not alias x or window
+  float* save = nullptr;
+  int64_t save_after = 0;
+  cudaStream_t stream = nullptr;
+};
+void causal_conv1d_silu(const CausalConvArgs& a);
+
+// cpu::l2_norm in place over the first n_heads heads of head_dim of each of n_tok rows (the q and k channels of the
+// convolution's output): a warp per head, the square sum in double.
+struct L2NormHeadsArgs {
+  float* x = nullptr;  // row t at x + t * stride
+  int64_t n_tok = 0, stride = 0;
+  int n_heads = 0, head_dim = 0;
+  float eps = 1e-6f;
+  cudaStream_t stream = nullptr;
+};
+void l2_norm_heads(const L2NormHeadsArgs& a);
+
+// cpu::gated_delta_rule with its gates computed inside (as the CPU forward computes them: beta = sigmoid(beta_in),
+// g = softplus(alpha + dt_bias) * a_scale, each step rounded): a warp per row j of a v head's state (the row output j
+// reads, RecurrentState's layout), which stays in registers over the batch's tokens in order; its dot products sum
+// in another order than the CPU's, its updates are the same fused multiply-adds.
+struct GatedDeltaRuleArgs {
+  const float* q = nullptr;        // token t's q head j at q + t * stride + j * head_dim (L2-normalized)
+  const float* k = nullptr;        // likewise
+  const float* v = nullptr;        // token t's v head h at v + t * stride + h * head_dim
+  int64_t stride = 0;
+  const float* alpha = nullptr;    // [n_tok][n_v_heads] ssm_alpha's products
+  const float* beta = nullptr;     // [n_tok][n_v_heads] ssm_beta's products
+  const float* dt_bias = nullptr;  // [n_v_heads]
+  const float* a_scale = nullptr;  // [n_v_heads] (ssm_a)
+  float* state = nullptr;          // [n_v_heads][head_dim][head_dim], updated
+  float* out = nullptr;            // [n_tok][n_v_heads][head_dim]
+  int64_t n_tok = 0;
+  int n_k_heads = 0, n_v_heads = 0, head_dim = 0;  // head_dim 64 or 128; v head h reads q/k head h % n_k_heads
+  float* save = nullptr;           // or null: the state after the first save_after tokens (0 < save_after < n_tok)
+  int64_t save_after = 0;
+  cudaStream_t stream = nullptr;
+};
+void gated_delta_rule(const GatedDeltaRuleArgs& a);
+
+// The gated attention's query: attn_q's rows hold each head's query and then its gate ([n_tok][n_head][2][head_dim]);
+// the queries go to q [n_tok][n_head][head_dim] for qk_norm_rope_store.
+struct SplitQueryArgs {
+  const float* q_gate = nullptr;
+  float* q = nullptr;
+  int64_t n_tok = 0;
+  int n_head = 0, head_dim = 0;
+  cudaStream_t stream = nullptr;
+};
+void split_query(const SplitQueryArgs& a);
+
+// x[t][h][d] *= sigmoid(gate) with the gate from q_gate [n_tok][n_head][2][head_dim] (its second halves): the
+// attention output's gate, as the CPU computes it (1 / (1 + exp(-g)), one rounding per step).
+struct SigmoidGateArgs {
+  float* x = nullptr;             // [n_tok][n_head][head_dim]
+  const float* q_gate = nullptr;
+  int64_t n_tok = 0;
+  int n_head = 0, head_dim = 0;
+  cudaStream_t stream = nullptr;
+};
+void sigmoid_gate(const SigmoidGateArgs& a);
+
+// x[t][i] += y[t][i] * sigmoid(logit[t]): the shared expert's output under its gate, added to the residual stream.
+struct AddSigmoidScaledArgs {
+  float* x = nullptr;            // [n_tok][n]
+  const float* y = nullptr;      // [n_tok][n]
+  const float* logit = nullptr;  // [n_tok]
+  int64_t n_tok = 0, n = 0;
+  cudaStream_t stream = nullptr;
+};
+void add_sigmoid_scaled(const AddSigmoidScaledArgs& a);
+
 }  // namespace df::cuda

@@ -3,8 +3,9 @@
 // (buffers.h) and the tier's slot layout (cache/planes.h): the engine allocates by the same two.
 //
 //   resident = CUDA context reserve + token embeddings (or none: rows read from pinned host RAM) + output head
-//              + every layer's attention, norms and router (+ dense FFNs of dense models)
-//              + a session's buffers (KV cache included) + a margin
+//              + every layer's attention (a hybrid's DeltaNet layers), norms and router (+ dense FFNs of dense
+//              models, a hybrid's shared experts) + a session's buffers (KV cache and recurrent state included)
+//              + a margin
 //   pool     = slots x record, one (layer, expert) record = gate + up + down rows of one expert (the largest
 //              layer's); all resident: the experts as the file stacks them
 //   slots    = (budget - resident) / record, capped at n_layer x n_expert (then every expert is resident)
@@ -38,10 +39,6 @@ constexpr uint64_t kGpuContextBytes = 512ull << 20;
 // Slack for the driver rounding the session's buffers to its pages, and the streaming engine's small tables.
 constexpr uint64_t kGpuMarginBytes = 32ull << 20;
 
-// Why the CUDA backend cannot run a model of this family ("the CUDA backend does not run ... yet (...)"), for the
-// engine's refusal at open and inspect's; nullopt where it can.
-std::optional<std::string> cuda_unsupported(const model::ModelSpec& spec);
-
 // Whether the CPU's products of every routed expert round their activations as this backend's kernels do (blocks of
 // 32 with one scale: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, and the float types), so that experts computed on the CPU
 // give what the GPU would within float summation order. The 256-element types (the K-quants, IQ4_XS) are multiplied
@@ -63,18 +60,20 @@ struct GpuResident {
   uint64_t context = 0;     // CUDA context + cuBLAS workspace (GpuPlanOptions::context_bytes)
   uint64_t token_embd = 0;  // [n_vocab] x [n_embd]
   uint64_t output = 0;      // output head [n_vocab] x [n_embd]; 0 when tied to token_embd
-  uint64_t attention = 0;   // wq, wk, wv, wo of every layer
-  uint64_t norms = 0;       // attn, ffn, q and k norms of every layer, and output_norm (f32)
-  uint64_t routers = 0;     // ffn_gate_inp of every MoE layer ([n_expert] x [n_embd])
-  uint64_t dense_ffn = 0;   // ffn_gate, ffn_up, ffn_down of dense layers (gemma4: every layer's, and the per-layer
-                            // input gate, projections and the model's per-layer projection)
+  uint64_t attention = 0;   // wq, wk, wv, wo of every layer; a DeltaNet layer's projections (ssm_*)
+  uint64_t norms = 0;       // attn, ffn, q and k norms of every layer, and output_norm (f32); a DeltaNet layer's
+                            // convolution, gate biases and norm
+  uint64_t routers = 0;     // ffn_gate_inp of every MoE layer ([n_expert] x [n_embd]), a shared expert's gate
+  uint64_t dense_ffn = 0;   // ffn_gate, ffn_up, ffn_down of dense layers; a hybrid's shared experts (gemma4: every
+                            // layer's, and the per-layer input gate, projections and the model's per-layer projection)
   uint64_t ple_table = 0;   // gemma4's per-layer embedding table [n_vocab] x [n_layer * n_embd_per_layer]
-  uint64_t kv_cache = 0;    // f16 [n_layer][n_ctx][kv_dim_k + kv_dim_v], for each session
+  uint64_t kv_cache = 0;    // f16, per layer with a cache of its own [n_ctx][kv_dim_k + kv_dim_v], for each session
+  uint64_t recurrent = 0;   // a hybrid's DeltaNet state and its copy inside a batch (buffers.h), for each session
   uint64_t work = 0;        // each session's other buffers at max_batch (buffers.h)
   uint64_t margin = 0;      // kGpuMarginBytes
 
   uint64_t weights() const { return token_embd + output + attention + norms + routers + dense_ffn + ple_table; }
-  uint64_t total() const { return context + weights() + kv_cache + work + margin; }
+  uint64_t total() const { return context + weights() + kv_cache + recurrent + work + margin; }
 };
 
 struct GpuPlan {

@@ -1,7 +1,10 @@
 // Sequences on the GPU. A GpuModel is what every session of a model reads -- its spec, its resident weights, and
 // where the routed experts stream, the GPU tier over the RAM tier -- and the one compute stream they run on (the
 // GPU tier's consumer). A GpuSession is one sequence: its KV cache (f16, [n_layer][n_ctx][kv_dim]), the buffers of
-// buffers.h, the captured decode step, and the forward pass (forward.h) over them.
+// buffers.h, the captured decode step, and the forward pass (forward.h) over them. A hybrid model's session
+// (qwen35moe) also holds its DeltaNet layers' recurrent state on the device and copies of it at a few positions in
+// pinned RAM (model/state_copies.h), so that truncate() goes back to the nearest copy and the next eval recomputes
+// the positions after it, as the CPU's hybrid sequence does.
 //
 //   cuda::GpuSession::create(model, {.n_ctx = 4096}) -> eval(prompt) -> argmax() / last_logits_device()
 #pragma once
@@ -20,8 +23,10 @@
 #include "diskformer/cache/cuda/device_tier.h"
 #include "diskformer/cache/tier.h"
 #include "diskformer/cudart/buffer.h"
+#include "diskformer/io/buffer.h"
 #include "diskformer/model/records.h"
 #include "diskformer/model/spec.h"
+#include "diskformer/model/state_copies.h"
 #include "diskformer/util/result.h"
 
 namespace df::cuda {
@@ -52,6 +57,7 @@ struct GpuSessionOptions {
 };
 
 class Forward;
+class HybridForward;
 
 class GpuSession {
  public:
@@ -74,18 +80,33 @@ class GpuSession {
   const float* last_logits_device() const;
   cudaStream_t stream() const { return model_.stream; }
 
-  uint32_t n_past() const { return n_past_; }
+  uint32_t n_past() const { return hybrid_ ? uint32_t(tokens_.size()) : n_past_; }
   uint32_t n_ctx() const { return opt_.n_ctx; }
   // GPU memory this session holds: KV cache, RoPE table and work buffers (the weights are the model's).
   uint64_t device_bytes() const;
   // Streamed experts the CPU computed instead of the GPU.
   uint64_t cpu_experts_computed() const;
-  // Forgets positions from n_keep on (their cache entries are overwritten by the next eval).
+  // Forgets positions from n_keep on (their cache entries are overwritten by the next eval). A hybrid model's state
+  // goes back to its newest copy at or before n_keep; the next eval recomputes the kept positions after it.
   void truncate(uint32_t n_keep);
 
  private:
+  // A copy of a hybrid model's recurrent state (Buf::rec_state's bytes) after n_past positions.
+  struct HostState {
+    io::AlignedBuffer bytes;  // pinned
+    uint32_t n_past = 0;
+  };
+
   GpuSession(const GpuModel& m, const GpuSessionOptions& o);
   void decode_step_graph();
+  // Runs `batch` from position n_past_ on in batches of max_batch (every row's logits into logits_host_ where
+  // all_logits); lead (0: none) is a position after which the state is copied to Buf::rec_save.
+  Status run(std::span<const int32_t> batch, bool all_logits, uint32_t lead);
+  Status eval_hybrid(std::span<const int32_t> tokens, bool all_logits);
+  // Buf::rec_state (or rec_save) into a copy's storage, after `n_past` positions; kept as the newest copy.
+  void keep_copy(Buf from, uint32_t n_past);
+  // The state of the newest copy at or before pos, or the empty state; n_past_ becomes its position.
+  void restore(uint32_t pos);
 
   const GpuModel& model_;
   GpuSessionOptions opt_;
@@ -98,6 +119,13 @@ class GpuSession {
   bool logits_fresh_ = false;      // logits_host_ holds them
   cudaGraphExec_t graph_ = nullptr;  // the captured single-token step (decode_graph)
   std::vector<int32_t> staging_;     // host ids and positions of one batch
+  uint64_t last_row_ = 0;            // the last evaluated token's row of the logits buffer
+  // Hybrid models: n_past_ counts the positions the state has seen, tokens_ every kept position's token.
+  bool hybrid_ = false;
+  HybridForward* hybrid_forward_ = nullptr;  // forward_, where hybrid_
+  std::vector<int32_t> tokens_;
+  model::StateCopies<HostState> copies_;
+  std::vector<io::AlignedBuffer> free_;      // pinned storage not yet a copy (kStateSnapshots + 1 in all)
 };
 
 }  // namespace df::cuda

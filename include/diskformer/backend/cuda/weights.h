@@ -28,6 +28,9 @@ struct GpuLayer {
   // gemma4, as model::LayerWeights (a fused gate_up tensor gives gate_exps and up_exps as its halves)
   model::Mat attn_post_norm, ffn_post_norm, out_scale, router_scale, ffn_pre_norm_2, ffn_post_norm_1,
       ffn_post_norm_2, down_exps_scale, ple_gate, ple_proj, ple_post_norm;
+  // qwen35moe (model::LayerWeights' fields): a DeltaNet layer's projections, convolution and gates; the shared expert.
+  model::Mat ssm_qkv, ssm_z, ssm_conv, ssm_dt_bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out;
+  model::Mat gate_inp_shexp, gate_shexp, up_shexp, down_shexp;
 };
 
 struct UploadOptions {
