@@ -359,14 +359,36 @@ TEST(CudaKernels, Gemma4StepsMatchCpu) {
     auto got = download<float>(dy, n);
     for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(within_ulps(got[i], want[i], 3)) << i;
   }
-  {  // each routing weight times its expert's scale
-    const std::vector<int32_t> ids = {3, 0, 7, 3, 5};
-    const std::vector<float> w = {0.5f, 0.25f, 0.125f, 0.1f, 0.025f};
-    const auto sc = random_floats(8, 77, 0.5f, 2.0f);
-    auto dw = cuda::to_device(w), di = cuda::to_device(ids), dsc = cuda::to_device(sc);
-    cuda::scale_routes({.weights = dw.as<float>(), .ids = di.as<int32_t>(), .scale = dsc.as<float>(), .n = 5});
-    auto got = download<float>(dw, 5);
-    for (int i = 0; i < 5; ++i) ASSERT_EQ(got[i], w[i] * sc[ids[i]]) << i;
+  {  // a post-norm into the residual stream, then the layer's output scale: (x + norm(y) w) s, each step rounded
+    auto x = random_floats(n, 79, -4.0f, 4.0f), y = random_floats(n, 80, -4.0f, 4.0f);
+    auto w = random_floats(cols, 81, 0.5f, 1.5f);
+    const std::vector<float> s_host = {0.625f};
+    std::vector<float> want(n);
+    for (int64_t t = 0; t < rows; ++t) {
+      cpu::rms_norm(y.data() + t * cols, w.data(), cols, 1e-6f, want.data() + t * cols);
+      for (int64_t i = 0; i < cols; ++i) want[t * cols + i] = (x[t * cols + i] + want[t * cols + i]) * 0.625f;
+    }
+    auto dx = cuda::to_device(x), dy = cuda::to_device(y), dw = cuda::to_device(w), ds = cuda::to_device(s_host);
+    cuda::rms_norm({.x = dy.as<float>(), .weight = dw.as<float>(), .n_rows = rows, .cols = cols, .eps = 1e-6f,
+                    .add_to = dx.as<float>(), .then_scale = ds.as<float>()});
+    auto got = download<float>(dx, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(within_ulps(got[i], want[i], 4) || std::fabs(got[i] - want[i]) < 1e-6f) << i;
+    EXPECT_EQ(download<float>(dy, n), y);  // the input is left alone
+  }
+  {  // routing with each weight times its expert's scale: the same experts, each weight times the scale
+    const int X = 16, K = 8, T = 3;
+    const auto logits = random_floats(T * X, 77, -3.0f, 3.0f), sc = random_floats(X, 78, 0.5f, 2.0f);
+    auto dl = cuda::to_device(logits), dsc = cuda::to_device(sc);
+    cuda::DeviceBuffer i1(T * K * 4), w1(T * K * 4), i2(T * K * 4), w2(T * K * 4);
+    cuda::route({.logits = dl.as<float>(), .n_tok = T, .n_expert = X, .n_used = K, .ids = i1.as<int32_t>(),
+                 .weights = w1.as<float>()});
+    cuda::route({.logits = dl.as<float>(), .n_tok = T, .n_expert = X, .n_used = K, .ids = i2.as<int32_t>(),
+                 .weights = w2.as<float>(), .expert_scale = dsc.as<float>()});
+    const auto ids = download<int32_t>(i1, T * K);
+    const auto w = download<float>(w1, T * K);
+    EXPECT_EQ(download<int32_t>(i2, T * K), ids);
+    const auto ws = download<float>(w2, T * K);
+    for (int v = 0; v < T * K; ++v) ASSERT_EQ(ws[v], w[v] * sc[ids[v]]) << v;
   }
 }
 

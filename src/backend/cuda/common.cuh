@@ -43,6 +43,18 @@ __device__ __forceinline__ float glu(float gate, float up, bool gelu_act) {
   return __fmul_rn(silu(gate), up);
 }
 
+// An input's gated activation (kernels.h's InputGate) of element i of row t, as the glu and gelu kernels round it.
+struct Gate {
+  int act;  // 0: none, 1: SiLU, 2: GELU
+  const float* mul;
+  int64_t mul_stride;
+};
+__device__ __forceinline__ float gate_value(const Gate& g, float v, int64_t t, int64_t i) {
+  if (g.act == 0) return v;
+  if (g.mul == nullptr) return g.act == 2 ? gelu(v) : silu(v);
+  return glu(v, g.mul[t * g.mul_stride + i], g.act == 2);
+}
+
 // 4 bytes at a 2-byte aligned address (the quant blocks are 18 and 34 bytes long, so only 2-byte aligned).
 __device__ __forceinline__ int load_i32_a2(const uint8_t* p) {
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);

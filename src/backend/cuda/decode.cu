@@ -138,14 +138,16 @@ __device__ __forceinline__ void quantize_block_act(float v, int* __restrict__ ds
 // n_blocks blocks of x (f32, contiguous) quantized into dst in stage_act's layout, a warp per block with
 // quantize_block_q8_0's operations (the scale rounded through f16, as the stored block holds it); a warp loads a
 // batch of its blocks before quantizing them.
-__device__ __forceinline__ void quantize_act(int* __restrict__ dst, const float* __restrict__ x, int64_t n_blocks) {
+__device__ __forceinline__ void quantize_act(int* __restrict__ dst, const float* __restrict__ x, int64_t n_blocks,
+                                             int64_t row_blocks = 1, const dev::Gate& gate = {0, nullptr, 0}) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
   for (int64_t b0 = warp; b0 < n_blocks; b0 += int64_t(kStageBatch) * n_warps) {
     float v[kStageBatch];
 #pragma unroll
     for (int i = 0; i < kStageBatch; ++i) {
       const int64_t b = b0 + int64_t(i) * n_warps;
-      if (b < n_blocks) v[i] = x[b * dev::kQK + lane];
+      if (b < n_blocks)
+        v[i] = dev::gate_value(gate, x[b * dev::kQK + lane], b / row_blocks, (b % row_blocks) * dev::kQK + lane);
     }
 #pragma unroll
     for (int i = 0; i < kStageBatch; ++i) {
@@ -286,6 +288,7 @@ struct MvParams {
   const float* x;
   const float* norm;  // x's RMSNorm weight (rms_norm_row in each block), or null
   float eps;
+  dev::Gate gate;     // x's gated activation
   int nt;
   int64_t n_tiles;  // of all parts
 };
@@ -332,7 +335,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, T == GgmlType::Q4_0 && NT == 1 
   } else if (p.x_q8 != nullptr) {
     stage_act(s_act, p.x_q8, int64_t(p.nt) * nb);
   } else {
-    quantize_act(s_act, p.x, int64_t(p.nt) * nb);
+    quantize_act(s_act, p.x, int64_t(p.nt) * nb, nb, p.gate);
   }
   __syncthreads();  // the last barrier: the warps go through the tiles on their own
   for (int64_t tile = blockIdx.x;;) {
@@ -584,6 +587,7 @@ void decode_matvec(const DecodeMatvecArgs& a) {
   DF_CHECK(a.n_parts >= 1 && a.n_parts <= 3);
   DF_CHECK(a.x_q8 != nullptr || a.x != nullptr);
   DF_CHECK(a.norm == nullptr || (a.x != nullptr && a.x_q8 == nullptr));
+  DF_CHECK(!a.gate.on || (a.x != nullptr && a.x_q8 == nullptr && a.norm == nullptr));
   const model::Mat& w0 = a.parts[0].w;
   MvParams p{};
   p.n_parts = a.n_parts;
@@ -592,6 +596,7 @@ void decode_matvec(const DecodeMatvecArgs& a) {
   p.x = a.x;
   p.norm = a.norm;
   p.eps = a.eps;
+  p.gate = device_gate(a.gate);
   p.nt = int(a.n_tok);
   int64_t tiles = 0;
   uint64_t smem = 0;
@@ -637,14 +642,22 @@ void qk_norm_rope_store(const QkNormRopeStoreArgs& a) {
                a.style == model::RopeStyle::kNeox, a.k_cache, a.v_cache, a.n_ctx, a.v_norm);
 }
 
-bool moe_decode_supported(const model::Mat& gate, const model::Mat& up, const model::Mat& down, int64_t n_tok, int32_t n_used) {
+bool moe_decode_gate_up_supported(const model::Mat& gate, const model::Mat& up, int64_t n_tok, int32_t n_used) {
   if (n_tok < 1 || n_tok > kDecodeMaxTok || n_used < 1 || n_used > kMaxUsed) return false;
-  if (!rows_stageable(gate) || !rows_stageable(up) || !rows_stageable(down)) return false;
+  if (!rows_stageable(gate) || !rows_stageable(up)) return false;
   if (gate.type != up.type || gate.cols != up.cols || gate.rows != up.rows || gate.row_bytes != up.row_bytes)
     return false;
-  if (gate.rows % kGuRows != 0 || down.cols != gate.rows || down.rows != gate.cols) return false;
-  const uint64_t limit = smem_limit();
-  return gate_up_smem(gate) <= limit && down_smem(down, n_used) <= limit;
+  return gate.rows % kGuRows == 0 && gate_up_smem(gate) <= smem_limit();
+}
+
+bool moe_decode_down_supported(const model::Mat& down, int64_t n_tok, int32_t n_used) {
+  if (n_tok < 1 || n_tok > kDecodeMaxTok || n_used < 1 || n_used > kMaxUsed) return false;
+  return rows_stageable(down) && down.cols % dev::kQK == 0 && down_smem(down, n_used) <= smem_limit();
+}
+
+bool moe_decode_supported(const model::Mat& gate, const model::Mat& up, const model::Mat& down, int64_t n_tok, int32_t n_used) {
+  return moe_decode_gate_up_supported(gate, up, n_tok, n_used) && moe_decode_down_supported(down, n_tok, n_used) &&
+         down.cols == gate.rows && down.rows == gate.cols;
 }
 
 void moe_decode_gate_up(const MoeDecodeGateUpArgs& a) {

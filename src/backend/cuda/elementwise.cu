@@ -3,6 +3,7 @@
 // Roundings are spelled out (__f*_rn) where the CPU code rounds each operation, so nvcc does not fuse them.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kquant.cuh"
+#include "backend/cuda/launch.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
@@ -22,11 +23,15 @@ unsigned grid_for(int64_t n) {
 }
 
 __global__ void glu_kernel(const float* gate, const float* up, float* y, int64_t n, bool gelu_act) {
+  dev::allow_next();
+  dev::wait_prior();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = dev::glu(gate[i], up[i], gelu_act);
 }
 
 __global__ void gelu_kernel(const float* x, const float* m, int64_t m_stride, float* y, int64_t n_rows, int64_t cols) {
+  dev::allow_next();
+  dev::wait_prior();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_rows * cols) return;
   const float g = dev::gelu(x[i]);
@@ -34,21 +39,23 @@ __global__ void gelu_kernel(const float* x, const float* m, int64_t m_stride, fl
 }
 
 __global__ void scale_kernel(float* x, int64_t n, float s, const float* s_dev) {
+  dev::allow_next();
+  dev::wait_prior();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = __fmul_rn(x[i], s_dev ? *s_dev : s);
 }
 
 __global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  dev::allow_next();
+  dev::wait_prior();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = __fmul_rn(tanhf(__fmul_rn(x[i], 1.0f / cap)), cap);
 }
 
-__global__ void scale_routes_kernel(float* w, const int32_t* ids, const float* scale, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) w[i] = __fmul_rn(w[i], scale[ids[i]]);
-}
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  dev::allow_next();
+  dev::wait_prior();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = __fadd_rn(x[i], y[i]);
 }
@@ -112,44 +119,34 @@ __global__ void get_rows_kernel(const uint8_t* __restrict__ table, int64_t rows,
 void glu(const GluArgs& a) {
   DF_CHECK(a.gate != nullptr && a.up != nullptr && a.y != nullptr && a.n >= 0);
   if (a.n == 0) return;
-  glu_kernel<<<grid_for(a.n), kThreads, 0, a.stream>>>(a.gate, a.up, a.y, a.n, a.act == Glu::kGelu);
-  DF_CUDA_CHECK_LAUNCH();
+  launch_early(glu_kernel, dim3(grid_for(a.n)), dim3(kThreads), 0, a.stream, a.gate, a.up, a.y, a.n,
+               a.act == Glu::kGelu);
 }
 
 void gelu(const GeluArgs& a) {
   DF_CHECK(a.x != nullptr && a.y != nullptr && a.n_rows >= 0 && a.cols > 0);
   DF_CHECK(a.m == nullptr || a.m_stride >= a.cols);
   if (a.n_rows == 0) return;
-  gelu_kernel<<<grid_for(a.n_rows * a.cols), kThreads, 0, a.stream>>>(a.x, a.m, a.m_stride, a.y, a.n_rows, a.cols);
-  DF_CUDA_CHECK_LAUNCH();
+  launch_early(gelu_kernel, dim3(grid_for(a.n_rows * a.cols)), dim3(kThreads), 0, a.stream, a.x, a.m, a.m_stride, a.y,
+               a.n_rows, a.cols);
 }
 
 void scale(const ScaleArgs& a) {
   DF_CHECK(a.x != nullptr && a.n >= 0);
   if (a.n == 0) return;
-  scale_kernel<<<grid_for(a.n), kThreads, 0, a.stream>>>(a.x, a.n, a.s, a.s_dev);
-  DF_CUDA_CHECK_LAUNCH();
+  launch_early(scale_kernel, dim3(grid_for(a.n)), dim3(kThreads), 0, a.stream, a.x, a.n, a.s, a.s_dev);
 }
 
 void softcap(const SoftcapArgs& a) {
   DF_CHECK(a.x != nullptr && a.n >= 0 && a.cap > 0.0f);
   if (a.n == 0) return;
-  softcap_kernel<<<grid_for(a.n), kThreads, 0, a.stream>>>(a.x, a.n, a.cap);
-  DF_CUDA_CHECK_LAUNCH();
-}
-
-void scale_routes(const ScaleRoutesArgs& a) {
-  DF_CHECK(a.weights != nullptr && a.ids != nullptr && a.scale != nullptr && a.n >= 0);
-  if (a.n == 0) return;
-  scale_routes_kernel<<<grid_for(a.n), kThreads, 0, a.stream>>>(a.weights, a.ids, a.scale, a.n);
-  DF_CUDA_CHECK_LAUNCH();
+  launch_early(softcap_kernel, dim3(grid_for(a.n)), dim3(kThreads), 0, a.stream, a.x, a.n, a.cap);
 }
 
 void add(const AddArgs& a) {
   DF_CHECK(a.x != nullptr && a.y != nullptr && a.n >= 0);
   if (a.n == 0) return;
-  add_kernel<<<grid_for(a.n), kThreads, 0, a.stream>>>(a.x, a.y, a.n);
-  DF_CUDA_CHECK_LAUNCH();
+  launch_early(add_kernel, dim3(grid_for(a.n)), dim3(kThreads), 0, a.stream, a.x, a.y, a.n);
 }
 
 void store_kv(const StoreKvArgs& a) {

@@ -43,13 +43,12 @@ void RoutedExperts::guess(const GpuLayer& next, int64_t n) {
   guessed_ = true;
 }
 
-void RoutedExperts::run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* acc) {
-  if (acc == nullptr) acc = at<float>(Buf::x);
-  DF_CHECK(acc != at<float>(Buf::proj));  // the combine's output
+void RoutedExperts::run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out) {
+  DF_CHECK(out != at<float>(Buf::proj) && out != at<float>(Buf::x));  // the combine's output; the residual stream
   if (m_.streamed) {
-    streamed(il, n, xq, fused, acc);
+    streamed(il, n, xq, fused, out);
   } else {
-    resident(l, n, xq, fused, acc);
+    resident(l, n, xq, fused, out);
   }
 }
 
@@ -60,19 +59,47 @@ model::ExpertWeights RoutedExperts::matrices(const GpuLayer& l, uint32_t il) con
   return {x.gate.at(t.plane(0)), x.up.at(t.plane(1)), x.down.at(t.plane(2))};
 }
 
-void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused, float* acc) {
+void RoutedExperts::combine(const float* weights, int64_t n, int n_used, float* out, bool accumulate) {
+  const int64_t E = m_.spec.n_embd;
+  const bool direct = out != nullptr && !accumulate;
+  moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = weights, .out = direct ? out : at<float>(Buf::proj),
+               .n_tok = n, .n_embd = E, .n_used = n_used, .stream = m_.stream});
+  if (!direct) add({.x = out ? out : at<float>(Buf::x), .y = at<float>(Buf::proj), .n = n * E, .stream = m_.stream});
+}
+
+void RoutedExperts::decode_gate_up(const model::ExpertWeights& w, uint64_t gate_stride, uint64_t up_stride,
+                                   int32_t n_expert, const int32_t* ids, int64_t n, const uint8_t* xq) {
+  const int K = int(m_.spec.n_expert_used);
+  // up holds the experts' Q8_0 activations ([n * K][n_ff_expert / 32] blocks, fewer bytes than its floats).
+  moe_decode_gate_up({.gate = w.gate, .up = w.up, .gate_stride = gate_stride, .up_stride = up_stride,
+                      .n_expert = n_expert, .ids = ids, .n_tok = n, .n_used = K, .x_q8 = xq,
+                      .act = moe_decode_down_supported(w.down, n, K) ? nullptr : at<float>(Buf::gate),
+                      .act_q8 = at<uint8_t>(Buf::up), .stream = m_.stream, .glu = glu_});
+}
+
+void RoutedExperts::decode_down(const model::Mat& down, uint64_t stride, int32_t n_expert, const int32_t* ids,
+                                const float* weights, int64_t n, float* out) {
+  const int K = int(m_.spec.n_expert_used);
+  if (moe_decode_down_supported(down, n, K)) {
+    float* x = at<float>(Buf::x);
+    moe_decode_down({.down = down, .down_stride = stride, .n_expert = n_expert, .ids = ids, .weights = weights,
+                     .n_tok = n, .n_used = K, .act_q8 = at<uint8_t>(Buf::up), .x = out ? nullptr : x,
+                     .out = out ? out : x, .stream = m_.stream});
+    return;
+  }
+  moe_matmul({.w = down, .expert_stride = stride, .n_expert = n_expert, .ids = ids, .n_tok = n, .n_used = K,
+              .x = at<float>(Buf::gate), .x_per_slot = true, .y = at<float>(Buf::expert_out),
+              .scratch = at<uint8_t>(Buf::scratch), .stream = m_.stream});
+  combine(weights, n, K, out);
+}
+
+void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused, float* out) {
   const model::ModelSpec& s = m_.spec;
   const int K = int(s.n_expert_used);
   int32_t* ids = at<int32_t>(Buf::ids);
   if (fused) {
-    // up holds the experts' Q8_0 activations ([n * K][n_ff_expert / 32] blocks, fewer bytes than its floats).
-    uint8_t* act_q8 = at<uint8_t>(Buf::up);
-    moe_decode_gate_up({.gate = l.gate_exps, .up = l.up_exps, .gate_stride = l.gate_stride, .up_stride = l.up_stride,
-                        .n_expert = int32_t(s.n_expert), .ids = ids, .n_tok = n, .n_used = K, .x_q8 = xq,
-                        .act_q8 = act_q8, .stream = m_.stream, .glu = glu_});
-    moe_decode_down({.down = l.down_exps, .down_stride = l.down_stride, .n_expert = int32_t(s.n_expert), .ids = ids,
-                     .weights = at<float>(Buf::wts), .n_tok = n, .n_used = K, .act_q8 = act_q8, .x = acc, .out = acc,
-                     .stream = m_.stream});
+    decode_gate_up({l.gate_exps, l.up_exps, l.down_exps}, l.gate_stride, l.up_stride, int32_t(s.n_expert), ids, n, xq);
+    decode_down(l.down_exps, l.down_stride, int32_t(s.n_expert), ids, at<float>(Buf::wts), n, out);
     return;
   }
   const float* xn = at<float>(Buf::xn);
@@ -108,9 +135,7 @@ void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bo
   } else {
     ungrouped(l, n);
   }
-  moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = at<float>(Buf::wts), .out = at<float>(Buf::proj),
-               .n_tok = n, .n_embd = int64_t(s.n_embd), .n_used = K, .stream = m_.stream});
-  add({.x = acc, .y = at<float>(Buf::proj), .n = n * int64_t(s.n_embd), .stream = m_.stream});
+  combine(at<float>(Buf::wts), n, K, out);
 }
 
 // One (token, slot) per block column: batches without grouped experts.
@@ -131,7 +156,7 @@ void RoutedExperts::ungrouped(const GpuLayer& l, int64_t n) {
   moe_matmul(d);
 }
 
-void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* acc) {
+void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out) {
   if (!status_.ok()) return;  // an earlier layer's read failed: eval reports it
   const model::ModelSpec& s = m_.spec;
   const StreamedExperts& st = *m_.streamed;
@@ -189,7 +214,7 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
   const int64_t region = 3 * nk;
   reserve_pinned(plan_host_, uint64_t(std::max<size_t>(n_groups, 1) * region) * 4);
   if (fused && n_groups <= 1) {
-    fused_decode(il, n, xq, ids, reinterpret_cast<int32_t*>(plan_host_.data()), acc);
+    fused_decode(il, n, xq, ids, reinterpret_cast<int32_t*>(plan_host_.data()), out);
     if (n_groups == 0) read_ahead();
     return;
   }
@@ -238,21 +263,19 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
   }
   if (n_groups == 0) read_ahead();
   if (!schedule_.cpu.empty()) cpu_share(il, ids, /*packed=*/false);
-  moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = at<float>(Buf::wts), .out = at<float>(Buf::proj),
-               .n_tok = n, .n_embd = E, .n_used = K, .stream = stream});
-  add({.x = acc, .y = at<float>(Buf::proj), .n = n * E, .stream = stream});
+  combine(at<float>(Buf::wts), n, K, out);
 }
 
 // A few tokens whose GPU experts fit in one group: the fused two-launch path with slot ids. With a CPU share (one
 // token), the CPU's experts point at a GPU slot of the same token with weight 0 in the fused combine (adding 0 keeps
-// the sum), and their rows are combined and added afterwards.
+// the sum), and their rows are combined and added afterwards (written, where out is set and the GPU has none).
 void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h,
-                                 float* acc) {
+                                 float* out) {
   const model::ModelSpec& s = m_.spec;
   const StreamedExperts& st = *m_.streamed;
   cudaStream_t stream = m_.stream;
   const int K = int(s.n_expert_used);
-  const int64_t nk = n * K, E = s.n_embd;
+  const int64_t nk = n * K;
   const bool share = !schedule_.cpu.empty();
   int32_t* slot_dev = at<int32_t>(Buf::plan);
   float* wmod_dev = reinterpret_cast<float*>(slot_dev + nk);
@@ -274,26 +297,20 @@ void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, cons
     DF_CUDA_CHECK(cudaMemcpyAsync(slot_dev, h, (share ? 2 : 1) * nk * 4, cudaMemcpyHostToDevice, stream));
     const model::ExpertWeights w = matrices(GpuLayer{}, il);
     const cache::DeviceTier& tier = *st.gpu;
-    uint8_t* act_q8 = at<uint8_t>(Buf::up);
     const int32_t n_slots = int32_t(tier.slots());
-    moe_decode_gate_up({.gate = w.gate, .up = w.up, .gate_stride = tier.stride(0), .up_stride = tier.stride(1),
-                        .n_expert = n_slots, .ids = slot_dev, .n_tok = n, .n_used = K, .x_q8 = xq, .act_q8 = act_q8,
-                        .stream = stream, .glu = glu_});
-    moe_decode_down({.down = w.down, .down_stride = tier.stride(2), .n_expert = n_slots, .ids = slot_dev,
-                     .weights = share ? wmod_dev : at<float>(Buf::wts), .n_tok = n, .n_used = K, .act_q8 = act_q8,
-                     .x = acc, .out = acc, .stream = stream});
+    decode_gate_up(w, tier.stride(0), tier.stride(1), n_slots, slot_dev, n, xq);
+    decode_down(w.down, tier.stride(2), n_slots, slot_dev, share ? wmod_dev : at<float>(Buf::wts), n, out);
     pins->release();
   }
   if (!share) return;
+  const bool first = schedule_.gpu.empty();  // out not written yet
   cpu_share(il, ids, /*packed=*/true);
   const int64_t C = int64_t(schedule_.cpu.size());
   float* h_cw = reinterpret_cast<float*>(h + 2 * nk);
   float* cw_dev = reinterpret_cast<float*>(slot_dev + 2 * nk);
   for (int64_t c = 0; c < C; ++c) h_cw[c] = wts[std::find(ids, ids + K, schedule_.cpu[size_t(c)]) - ids];
   DF_CUDA_CHECK(cudaMemcpyAsync(cw_dev, h_cw, C * 4, cudaMemcpyHostToDevice, stream));
-  moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = cw_dev, .out = at<float>(Buf::proj), .n_tok = 1,
-               .n_embd = E, .n_used = int(C), .stream = stream});
-  add({.x = acc, .y = at<float>(Buf::proj), .n = E, .stream = stream});
+  combine(cw_dev, 1, int(C), out, /*accumulate=*/!first);
 }
 
 void RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, bool packed) {

@@ -31,9 +31,9 @@ class RoutedExperts {
   // layer's FFN overwrites xn): into Buf::guess, read by run().
   void guess(const GpuLayer& next, int64_t n);
   // Layer il, n tokens: the router's ids and weights are in Buf::ids / Buf::wts, the normed input in Buf::xn (xq its
-  // Q8_0 blocks when fused: the two-launch decode path applies); adds the experts' weighted sum into acc ([n][n_embd],
-  // not Buf::proj), the residual stream by default.
-  void run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* acc = nullptr);
+  // Q8_0 blocks when fused: moe_decode_gate_up applies, and the fused down launch where it takes the rows); adds the
+  // experts' weighted sum into the residual stream, or writes it to out ([n][n_embd], not Buf::proj) where given.
+  void run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out = nullptr);
   // A streamed read failed during this pass (the rest of the pass is skipped); taken once.
   Status take_status() { return std::exchange(status_, Status{}); }
   uint64_t cpu_experts() const { return cpu_count_; }
@@ -44,10 +44,21 @@ class RoutedExperts {
  private:
   template <typename T>
   T* at(Buf b) const { return buf_[size_t(b)].as<T>(); }
-  void resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused, float* acc);
+  void resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bool fused, float* out);
   void ungrouped(const GpuLayer& l, int64_t n);
-  void streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* acc);
-  void fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h, float* acc);
+  void streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out);
+  void fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h, float* out);
+  // The two-launch path's activations of n tokens' experts (gate and up at gate_stride / up_stride of the slots or
+  // experts ids names): Q8_0 in Buf::up, and f32 in Buf::gate where the down projection needs them (decode_down).
+  void decode_gate_up(const model::ExpertWeights& w, uint64_t gate_stride, uint64_t up_stride, int32_t n_expert,
+                      const int32_t* ids, int64_t n, const uint8_t* xq);
+  // Their down projections, weighted and summed: the fused launch where it stages the rows, else moe_matmul and
+  // combine.
+  void decode_down(const model::Mat& down, uint64_t stride, int32_t n_expert, const int32_t* ids, const float* weights,
+                   int64_t n, float* out);
+  // sum over k < n_used of weights[t][k] * Buf::expert_out rows: written to out, added into it (accumulate), or added
+  // into the residual stream (out null).
+  void combine(const float* weights, int64_t n, int n_used, float* out, bool accumulate = false);
   // The CPU's share: gate, up, the activation and down of each expert in schedule_.cpu from RAM; rows packed in that order
   // or at their routing positions of expert_out.
   void cpu_share(uint32_t il, const int32_t* ids, bool packed);

@@ -81,28 +81,50 @@ void Forward::products(int64_t n, const uint8_t* xq, std::initializer_list<std::
             .stream = m_.stream, .x_q8 = xq, .dequant = at<uint8_t>(Buf::dequant)});
 }
 
-// For a few tokens one decode_matvec launch that adds into x in its epilogue, quantizing `in` in each of its blocks
-// while that is at most two batches of Q8_0 blocks per warp (the output projection's 4096 inputs of one token; its
-// weight loads are in flight meanwhile), else once beforehand (one small launch); else matmul into proj and add
-// (the same roundings).
 void Forward::add_product(const model::Mat& w, const float* in, int64_t n) {
-  float* x = at<float>(Buf::x);
+  product(w, in, n, at<float>(Buf::x), /*accumulate=*/true);
+}
+
+// For a few tokens one decode_matvec launch (adding into y in its epilogue), quantizing `in` (its gate applied) in
+// each of its blocks while that is at most two batches of Q8_0 blocks per warp (the output projection's 4096 inputs
+// of one token; its weight loads are in flight meanwhile), else once beforehand (one small launch); else matmul
+// (into proj, then the add, where it accumulates), the same roundings.
+void Forward::product(const model::Mat& w, const float* in, int64_t n, float* y, bool accumulate,
+                      const InputGate& gate) {
   uint8_t* scratch = at<uint8_t>(Buf::scratch);
   if (decode_matvec_supported(w, n)) {
     const bool per_block = n * w.cols <= 4096;
-    if (!per_block) quantize_q8_0({.x = in, .y = scratch, .n_rows = n, .cols = w.cols, .stream = m_.stream});
-    DecodeMatvecArgs d{.n_parts = 1, .x = in, .x_q8 = per_block ? nullptr : scratch, .n_tok = n, .stream = m_.stream};
-    d.parts[0] = {.w = w, .y = x, .residual = x};
+    if (!per_block)
+      quantize_q8_0({.x = in, .y = scratch, .n_rows = n, .cols = w.cols, .stream = m_.stream, .gate = gate});
+    DecodeMatvecArgs d{.n_parts = 1, .x = in, .x_q8 = per_block ? nullptr : scratch, .n_tok = n, .stream = m_.stream,
+                       .gate = per_block ? gate : InputGate{}};
+    d.parts[0] = {.w = w, .y = y, .residual = accumulate ? y : nullptr};
     decode_matvec(d);
     return;
   }
-  product(w, in, n, at<float>(Buf::proj));
-  add({.x = x, .y = at<float>(Buf::proj), .n = n * int64_t(m_.spec.n_embd), .stream = m_.stream});
+  DF_CHECK(!gate.on);  // gated_product applies it first
+  float* out = accumulate ? at<float>(Buf::proj) : y;
+  DF_CHECK(out != in);
+  matmul({.w = w, .x = in, .n_tok = n, .y = out, .scratch = scratch, .stream = m_.stream,
+          .dequant = at<uint8_t>(Buf::dequant)});
+  if (accumulate) add({.x = y, .y = out, .n = n * w.rows, .stream = m_.stream});
 }
 
-void Forward::product(const model::Mat& w, const float* in, int64_t n, float* y) {
-  matmul({.w = w, .x = in, .n_tok = n, .y = y, .scratch = at<uint8_t>(Buf::scratch), .stream = m_.stream,
-          .dequant = at<uint8_t>(Buf::dequant)});
+void Forward::gated_product(const model::Mat& w, float* in, const InputGate& gate, int64_t n, float* y,
+                            bool accumulate) {
+  if (decode_matvec_supported(w, n)) {
+    product(w, in, n, y, accumulate, gate);
+    return;
+  }
+  // The activation in place, as its own launch.
+  if (gate.act == Glu::kGelu) {
+    gelu({.x = in, .m = gate.mul, .m_stride = gate.mul_stride, .y = in, .n_rows = n, .cols = w.cols,
+          .stream = m_.stream});
+  } else {
+    DF_CHECK(gate.mul != nullptr && gate.mul_stride == w.cols);
+    glu({.gate = in, .up = gate.mul, .y = in, .n = n * w.cols, .stream = m_.stream});
+  }
+  product(w, in, n, y, accumulate);
 }
 
 void Forward::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
@@ -133,8 +155,8 @@ void Forward::ffn_block(const GpuLayer& l, uint32_t il, int64_t n) {
   float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
   if (!s.moe()) {
     normed_products(at<float>(Buf::x), l.ffn_norm.f32(), n, {{&l.ffn_gate, gate}, {&l.ffn_up, up}});
-    glu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff), .stream = m_.stream});
-    add_product(l.ffn_down, gate, n);
+    gated_product(l.ffn_down, gate, {.on = true, .mul = up, .mul_stride = int64_t(s.n_ff)}, n, at<float>(Buf::x),
+                  /*accumulate=*/true);
     return;
   }
   const int K = int(s.n_expert_used);
@@ -143,7 +165,7 @@ void Forward::ffn_block(const GpuLayer& l, uint32_t il, int64_t n) {
   // A few tokens of quantized experts: the two-launch path. Streamed experts live in the GPU tier's slots, which
   // have the layout of the file's experts.
   const model::ExpertWeights w = experts_.matrices(l, il);
-  const bool fused = n <= kDecodeMaxTok && moe_decode_supported(w.gate, w.up, w.down, n, K);
+  const bool fused = n <= kDecodeMaxTok && moe_decode_gate_up_supported(w.gate, w.up, n, K);
   const model::Mat* gate_up[] = {&w.gate, &w.up};
   const bool q8 = fused && q8_activation_type(w.gate.type) && q8_activation_type(w.up.type) &&
                   w.gate.cols == int64_t(s.n_embd);

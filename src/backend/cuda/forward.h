@@ -25,6 +25,9 @@ class Forward {
   // token, or of all n, into `logits`. A family whose layers differ overrides it (forward_qwen35.h).
   virtual void run(int64_t n, bool all_logits, float* logits);
   RoutedExperts& experts() { return experts_; }
+  // The position of the next run's first token, where the host knows it (not inside a captured decode step, which
+  // replays at any position): a launch may then depend on it.
+  void set_first_pos(int64_t pos) { first_pos_ = pos; }
 
  protected:
   template <typename T>
@@ -42,13 +45,19 @@ class Forward {
                        std::initializer_list<std::pair<const model::Mat*, float*>> outs);
   // x += W in (for a few tokens one launch that adds in its epilogue).
   void add_product(const model::Mat& w, const float* in, int64_t n);
-  // y = W in, n rows (matmul with the session's scratch and dequantization buffers).
-  void product(const model::Mat& w, const float* in, int64_t n, float* y);
+  // y = W act(in), or y += that (accumulate), n rows [n][w.rows]; the gate only where decode_matvec takes w.
+  void product(const model::Mat& w, const float* in, int64_t n, float* y, bool accumulate = false,
+               const InputGate& gate = {});
+  // The same with the gate applied in any case: inside the product's launch where it can, else in place in `in`
+  // first (its own launch).
+  void gated_product(const model::Mat& w, float* in, const InputGate& gate, int64_t n, float* y,
+                     bool accumulate = false);
 
   const GpuModel& m_;
   std::vector<DeviceBuffer>& buf_;
   const GpuSessionOptions& o_;
   RoutedExperts experts_;
+  int64_t first_pos_ = -1;  // -1: unknown
 
   // The llama families' sublayers (qwen35moe's feed-forward is qwen3moe's).
   void attention_block(const GpuLayer& l, uint32_t il, int64_t n);

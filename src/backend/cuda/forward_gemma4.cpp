@@ -21,7 +21,6 @@ void Gemma4Forward::run(int64_t n, bool all_logits, float* logits) {
     attention(l, il, n);
     ffn(l, il, n);
     if (s.n_embd_per_layer > 0) ple_block(l, il, n);
-    if (l.out_scale.data) scale({.x = x, .n = n * E, .s_dev = l.out_scale.f32(), .stream = m_.stream});
   }
   const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
   normed_products(x + first * E, w.output_norm(), n_out, {{&w.output(), logits}});
@@ -29,9 +28,9 @@ void Gemma4Forward::run(int64_t n, bool all_logits, float* logits) {
     softcap({.x = logits, .n = n_out * int64_t(s.n_vocab), .cap = s.final_logit_softcap, .stream = m_.stream});
 }
 
-void Gemma4Forward::norm_rows(float* y, const model::Mat& weight, int64_t n) {
-  rms_norm({.x = y, .weight = weight.f32(), .y = y, .n_rows = n, .cols = int64_t(m_.spec.n_embd),
-            .eps = m_.spec.norm_eps, .stream = m_.stream});
+void Gemma4Forward::add_normed(const float* y, const model::Mat& weight, int64_t n, const float* then_scale) {
+  rms_norm({.x = y, .weight = weight.f32(), .n_rows = n, .cols = int64_t(m_.spec.n_embd), .eps = m_.spec.norm_eps,
+            .stream = m_.stream, .add_to = at<float>(Buf::x), .then_scale = then_scale});
 }
 
 void Gemma4Forward::per_layer_inputs(int64_t n) {
@@ -78,14 +77,17 @@ void Gemma4Forward::attention(const GpuLayer& l, uint32_t il, int64_t n) {
                       .table = at<float>(ls.sliding ? Buf::rope_swa : Buf::rope), .n_pos = C,
                       .style = model::RopeStyle::kNeox, .k_cache = kc, .v_cache = vc, .n_ctx = C,
                       .stream = m_.stream, .v_norm = true});
-  // A layer that shares KV reads its source's cache, which the source filled for this batch already.
+  // A layer that shares KV reads its source's cache, which the source filled for this batch already. A window that
+  // masks nothing in this batch (its last position within the window, known on the host) is left out, so that
+  // prompts take the tensor-core kernel.
+  const int64_t W = s.sliding_window;
+  const bool masks = ls.sliding && (first_pos_ < 0 || first_pos_ + n > W);
   cuda::attention({.q = q, .k = kc, .v = vc, .out = at<float>(Buf::attn), .pos = pos, .n_head = H, .n_head_kv = Hkv,
                    .head_dim_k = D, .head_dim_v = D, .n_tok = n, .scale = 1.0f, .stream = m_.stream, .n_ctx = C,
-                   .work = at<float>(Buf::attn_work), .window = ls.sliding ? int64_t(s.sliding_window) : 0});
+                   .work = at<float>(Buf::attn_work), .window = masks ? W : 0});
   float* proj = at<float>(Buf::proj);
   product(l.wo, at<float>(Buf::attn), n, proj);
-  norm_rows(proj, l.attn_post_norm, n);
-  add({.x = x, .y = proj, .n = n * int64_t(s.n_embd), .stream = m_.stream});
+  add_normed(proj, l.attn_post_norm, n, nullptr);
 }
 
 void Gemma4Forward::ffn(const GpuLayer& l, uint32_t il, int64_t n) {
@@ -93,55 +95,55 @@ void Gemma4Forward::ffn(const GpuLayer& l, uint32_t il, int64_t n) {
   const int64_t E = s.n_embd, F = s.layers[il].n_ff;
   float *x = at<float>(Buf::x), *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
   const bool moe = l.gate_inp.data != nullptr;
+  // The layer's output scale goes with its last residual add: this one unless a per-layer input block follows.
+  const float* out_scale = s.n_embd_per_layer == 0 ? l.out_scale.f32() : nullptr;
   // The dense MLP: GeGLU.
   float* f = at<float>(moe ? Buf::ffn_out : Buf::proj);
   normed_products(x, l.ffn_norm.f32(), n, {{&l.ffn_gate, gate}, {&l.ffn_up, up}});
-  glu({.gate = gate, .up = up, .y = gate, .n = n * F, .stream = m_.stream, .act = Glu::kGelu});
-  product(l.ffn_down, gate, n, f);
-  if (moe) {
-    norm_rows(f, l.ffn_post_norm_1, n);
-    const int K = int(s.n_expert_used);
-    // The next layer's experts, guessed from this residual (streamed decode), before xn and scratch are reused.
-    if (il + 1 < s.n_layer) experts_.guess(m_.weights->layer(il + 1), n);
-    // The router reads norm(x) / sqrt(E) * router_scale; softmax over all experts, the top K renormalized, each
-    // weight times its expert's output scale.
-    float* xn = at<float>(Buf::xn);
-    rms_norm({.x = x, .weight = l.router_scale.f32(), .y = xn, .n_rows = n, .cols = E, .eps = s.norm_eps,
-              .stream = m_.stream, .scale = 1.0f / std::sqrt(float(E))});
-    product(l.gate_inp, xn, n, at<float>(Buf::router));
-    route({.logits = at<float>(Buf::router), .n_tok = n, .n_expert = int(s.n_expert), .n_used = K,
-           .norm_topk = true, .ids = at<int32_t>(Buf::ids), .weights = at<float>(Buf::wts), .stream = m_.stream});
-    if (l.down_exps_scale.data)
-      scale_routes({.weights = at<float>(Buf::wts), .ids = at<int32_t>(Buf::ids), .scale = l.down_exps_scale.f32(),
-                    .n = n * K, .stream = m_.stream});
-    // The experts' input: norm(x) pre_ffw_norm_2 (and its Q8_0 blocks for the two-launch decode path).
-    const model::ExpertWeights ew = experts_.matrices(l, il);
-    const bool fused = n <= kDecodeMaxTok && moe_decode_supported(ew.gate, ew.up, ew.down, n, K);
-    const model::Mat* gate_up[] = {&ew.gate, &ew.up};
-    const uint8_t* xq =
-        norm_input(x, l.ffn_pre_norm_2.f32(), n, fused ? std::span(gate_up) : std::span<const model::Mat*>());
-    float* sum = at<float>(Buf::moe_out);
-    DF_CUDA_CHECK(cudaMemsetAsync(sum, 0, uint64_t(n) * E * 4, m_.stream));
-    experts_.run(l, il, n, xq, fused && xq != nullptr, sum);
-    norm_rows(sum, l.ffn_post_norm_2, n);
-    add({.x = sum, .y = f, .n = n * E, .stream = m_.stream});
-    f = sum;
+  gated_product(l.ffn_down, gate, {.on = true, .act = Glu::kGelu, .mul = up, .mul_stride = F}, n, f);
+  if (!moe) {
+    add_normed(f, l.ffn_post_norm, n, out_scale);
+    return;
   }
-  norm_rows(f, l.ffn_post_norm, n);
-  add({.x = x, .y = f, .n = n * E, .stream = m_.stream});
+  const int K = int(s.n_expert_used);
+  // The next layer's experts, guessed from this residual (streamed decode), before xn and scratch are reused.
+  if (il + 1 < s.n_layer) experts_.guess(m_.weights->layer(il + 1), n);
+  // The router reads norm(x) / sqrt(E) * router_scale; softmax over all experts, the top K renormalized, each
+  // weight times its expert's output scale.
+  float* xn = at<float>(Buf::xn);
+  rms_norm({.x = x, .weight = l.router_scale.f32(), .y = xn, .n_rows = n, .cols = E, .eps = s.norm_eps,
+            .stream = m_.stream, .scale = 1.0f / std::sqrt(float(E))});
+  product(l.gate_inp, xn, n, at<float>(Buf::router));
+  route({.logits = at<float>(Buf::router), .n_tok = n, .n_expert = int(s.n_expert), .n_used = K, .norm_topk = true,
+         .ids = at<int32_t>(Buf::ids), .weights = at<float>(Buf::wts), .stream = m_.stream,
+         .expert_scale = l.down_exps_scale.f32()});
+  // The experts' input: norm(x) pre_ffw_norm_2 (and its Q8_0 blocks for the two-launch decode path).
+  const model::ExpertWeights ew = experts_.matrices(l, il);
+  const bool fused = n <= kDecodeMaxTok && moe_decode_gate_up_supported(ew.gate, ew.up, n, K);
+  const model::Mat* gate_up[] = {&ew.gate, &ew.up};
+  const uint8_t* xq =
+      norm_input(x, l.ffn_pre_norm_2.f32(), n, fused ? std::span(gate_up) : std::span<const model::Mat*>());
+  // The experts' sum normed, plus the dense MLP's output normed, normed again into the residual stream.
+  float* sum = at<float>(Buf::moe_out);
+  experts_.run(l, il, n, xq, fused && xq != nullptr, sum);
+  rms_norm({.x = sum, .weight = l.ffn_post_norm_2.f32(), .y = sum, .n_rows = n, .cols = E, .eps = s.norm_eps,
+            .stream = m_.stream});
+  rms_norm({.x = f, .weight = l.ffn_post_norm_1.f32(), .n_rows = n, .cols = E, .eps = s.norm_eps, .stream = m_.stream,
+            .add_to = sum});
+  add_normed(sum, l.ffn_post_norm, n, out_scale);
 }
 
 void Gemma4Forward::ple_block(const GpuLayer& l, uint32_t il, int64_t n) {
   const model::ModelSpec& s = m_.spec;
-  const int64_t E = s.n_embd, P = s.n_embd_per_layer;
+  const int64_t P = s.n_embd_per_layer;
   float *x = at<float>(Buf::x), *g = at<float>(Buf::ple_gate), *y = at<float>(Buf::proj);
   // gelu(W_gate x) times this layer's per-layer input, projected back to n_embd, normed, added.
   product(l.ple_gate, x, n, g);
-  gelu({.x = g, .m = at<float>(Buf::ple) + int64_t(il) * P, .m_stride = int64_t(s.n_layer) * P, .y = g, .n_rows = n,
-        .cols = P, .stream = m_.stream});
-  product(l.ple_proj, g, n, y);
-  norm_rows(y, l.ple_post_norm, n);
-  add({.x = x, .y = y, .n = n * E, .stream = m_.stream});
+  gated_product(l.ple_proj, g,
+                {.on = true, .act = Glu::kGelu, .mul = at<float>(Buf::ple) + int64_t(il) * P,
+                 .mul_stride = int64_t(s.n_layer) * P},
+                n, y);
+  add_normed(y, l.ple_post_norm, n, l.out_scale.f32());
 }
 
 }  // namespace df::cuda

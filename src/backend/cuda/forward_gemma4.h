@@ -22,8 +22,9 @@ class Gemma4Forward final : public Forward {
   void attention(const GpuLayer& l, uint32_t il, int64_t n);
   void ffn(const GpuLayer& l, uint32_t il, int64_t n);
   void ple_block(const GpuLayer& l, uint32_t il, int64_t n);
-  // y = norm(y) * weight in place, n rows of n_embd.
-  void norm_rows(float* y, const model::Mat& weight, int64_t n);
+  // x += norm(y) * weight for n rows of n_embd (a sublayer's post-norm and residual add), the sums then times
+  // *then_scale where set (the layer's output scale, with its last add).
+  void add_normed(const float* y, const model::Mat& weight, int64_t n, const float* then_scale);
 
   KvLayout kv_;  // layers' cache offsets (shared layers at their source's)
 };

@@ -19,6 +19,18 @@ inline int device_attribute(cudaDeviceAttr what) {
 
 inline int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
 
+}  // namespace df::cuda
+
+#include "backend/cuda/common.cuh"
+#include "diskformer/backend/cuda/kernels.h"
+
+namespace df::cuda {
+
+// kernels.h's InputGate as the kernels take it.
+inline dev::Gate device_gate(const InputGate& g) {
+  return {g.on ? (g.act == Glu::kGelu ? 2 : 1) : 0, g.mul, g.mul_stride};
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start before the stream's previous kernel has finished
 // on devices that can (compute capability 9.0 and later; elsewhere an ordinary launch). The kernel must call
 // dev::wait_prior() before its first access to memory that another kernel writes or reads.

@@ -20,7 +20,8 @@ constexpr int kMaxUsed = 32;
 // below n_used are the selection, in order, with exactly the CPU's tie rule.
 __global__ void __launch_bounds__(kMaxExperts) route_kernel(const float* __restrict__ logits, int n_expert, int n_used,
                                                             bool norm_topk, int32_t* __restrict__ ids,
-                                                            float* __restrict__ weights) {
+                                                            float* __restrict__ weights,
+                                                            const float* __restrict__ expert_scale) {
   dev::allow_next();
   dev::wait_prior();
   __shared__ float p[kMaxExperts];
@@ -66,13 +67,16 @@ __global__ void __launch_bounds__(kMaxExperts) route_kernel(const float* __restr
     for (int k = 0; k < n_used; ++k) s += double(sel_p[k]);
     const float fsum = fmaxf(float(s), 6.103515625e-5f);
     ids[int64_t(blockIdx.x) * n_used + i] = sel_id[i];
-    weights[int64_t(blockIdx.x) * n_used + i] = norm_topk ? __fdiv_rn(sel_p[i], fsum) : sel_p[i];
+    const float w = norm_topk ? __fdiv_rn(sel_p[i], fsum) : sel_p[i];
+    weights[int64_t(blockIdx.x) * n_used + i] = expert_scale ? __fmul_rn(w, expert_scale[sel_id[i]]) : w;
   }
 }
 
 // A thread per (token, element): the slots added in routing order with separate roundings, as the CPU loop does.
 __global__ void combine_kernel(const float* __restrict__ eo, const float* __restrict__ w, float* __restrict__ out,
                                int64_t n_tok, int64_t n_embd, int n_used) {
+  dev::allow_next();
+  dev::wait_prior();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n_tok * n_embd) return;
   const int64_t t = idx / n_embd, i = idx % n_embd;
@@ -92,7 +96,7 @@ void route(const RouteArgs& a) {
   if (a.n_tok == 0) return;
   const unsigned threads = unsigned((a.n_expert + 31) / 32 * 32);
   launch_early(route_kernel, dim3(unsigned(a.n_tok)), dim3(threads), 0, a.stream, static_cast<const float*>(a.logits),
-               a.n_expert, a.n_used, a.norm_topk, a.ids, a.weights);
+               a.n_expert, a.n_used, a.norm_topk, a.ids, a.weights, a.expert_scale);
 }
 
 void moe_combine(const MoeCombineArgs& a) {
@@ -103,9 +107,8 @@ void moe_combine(const MoeCombineArgs& a) {
   constexpr int kThreads = 256;
   const int64_t grid = (n + kThreads - 1) / kThreads;
   DF_CHECK(grid <= 0x7fffffff);
-  combine_kernel<<<unsigned(grid), kThreads, 0, a.stream>>>(a.expert_out, a.weights, a.out, a.n_tok, a.n_embd,
-                                                            a.n_used);
-  DF_CUDA_CHECK_LAUNCH();
+  launch_early(combine_kernel, dim3(unsigned(grid)), dim3(kThreads), 0, a.stream, a.expert_out, a.weights, a.out,
+               a.n_tok, a.n_embd, a.n_used);
 }
 
 }  // namespace df::cuda

@@ -145,6 +145,7 @@ Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_
     if (m == 1 && !all_logits && opt_.decode_graph && !model_.streamed) {
       decode_step_graph();
     } else {
+      forward_->set_first_pos(n_past_);
       forward_->run(m, all_logits, logits_dev.as<float>());
     }
     if (Status failed = forward_->experts().take_status(); !failed.ok()) {

@@ -24,12 +24,28 @@ namespace df::cuda {
 // n_tok, routed experts included (tiles of 8 slots); the fused decode kernels and the tensor cores are Q4_0/Q8_0's.
 bool matmul_type_supported(gguf::GgmlType t);
 
-// x [n_rows][cols] f32 -> y [n_rows][cols / 32] Q8_0 blocks (34 bytes each), exactly as cpu::Kernels::quantize_q8_0.
+// The gate's activation of a gated FFN: SiLU (SwiGLU), or GELU as llama.cpp's CPU backend rounds it (the tanh
+// approximation looked up through a table of f16 results, cpu::gelu).
+enum class Glu { kSilu, kGelu };
+
+// An input's gated activation, applied by a product where it quantizes the input: x'[t][i] = act(x[t][i]) *
+// mul[t * mul_stride + i] (glu()'s roundings; gelu()'s with mul null: act(x) alone). The feed-forward's down
+// projection of its gate and up; gemma4's per-layer input projection of its gate and the layer's input.
+struct InputGate {
+  bool on = false;
+  Glu act = Glu::kSilu;
+  const float* mul = nullptr;
+  int64_t mul_stride = 0;
+};
+
+// x [n_rows][cols] f32 -> y [n_rows][cols / 32] Q8_0 blocks (34 bytes each), exactly as cpu::Kernels::quantize_q8_0
+// (of the gated x where gate is on).
 struct QuantizeQ8Args {
   const float* x = nullptr;
   uint8_t* y = nullptr;
   int64_t n_rows = 0, cols = 0;  // cols % 32 == 0
   cudaStream_t stream = nullptr;
+  InputGate gate;
 };
 void quantize_q8_0(const QuantizeQ8Args& a);
 
@@ -146,6 +162,8 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a);
 
 // y = x / sqrt(mean(x^2) + eps) * weight per row (cpu::rms_norm; square sum in double). In place allowed (y == x).
 // With a scale s != 1, ((x * r) * s) * weight, each product rounded (gemma4's router input); weight null: no product.
+// With add_to, the normed rows are added into add_to instead ([n_rows][cols]: gemma4's post-norms ahead of the
+// residual add, y unused), the sums then times *then_scale where set (a layer's output scale).
 struct RmsNormArgs {
   const float* x = nullptr;       // [n_rows][cols]
   const float* weight = nullptr;  // [cols] or null
@@ -154,6 +172,8 @@ struct RmsNormArgs {
   float eps = 1e-5f;
   cudaStream_t stream = nullptr;
   float scale = 1.0f;
+  float* add_to = nullptr;
+  const float* then_scale = nullptr;
 };
 void rms_norm(const RmsNormArgs& a);
 
@@ -212,10 +232,6 @@ struct AttentionArgs {
 };
 void attention(const AttentionArgs& a);
 
-// The gate's activation of a gated FFN: SiLU (SwiGLU), or GELU as llama.cpp's CPU backend rounds it (the tanh
-// approximation looked up through a table of f16 results, cpu::gelu).
-enum class Glu { kSilu, kGelu };
-
 // y[i] = act(gate[i]) * up[i] (y may be gate), as cpu::swiglu / cpu::geglu.
 struct GluArgs {
   const float* gate = nullptr;
@@ -258,17 +274,6 @@ struct SoftcapArgs {
 };
 void softcap(const SoftcapArgs& a);
 
-// weights[v] *= scale[ids[v]] for v < n: each routed expert's output scale folded into its routing weight (one
-// rounding where the CPU rounds the output times the scale, then times the weight).
-struct ScaleRoutesArgs {
-  float* weights = nullptr;      // [n]
-  const int32_t* ids = nullptr;  // [n]
-  const float* scale = nullptr;  // [n_expert]
-  int64_t n = 0;
-  cudaStream_t stream = nullptr;
-};
-void scale_routes(const ScaleRoutesArgs& a);
-
 // x[i] += y[i]: the residual connection.
 struct AddArgs {
   float* x = nullptr;
@@ -289,6 +294,9 @@ struct RouteArgs {
   int32_t* ids = nullptr;         // [n_tok][n_used] out
   float* weights = nullptr;       // [n_tok][n_used] out
   cudaStream_t stream = nullptr;
+  // [n_expert] or null: each weight times its expert's output scale (gemma4's, folded into the weight: one rounding
+  // where the CPU rounds the output times the scale, then times the weight).
+  const float* expert_scale = nullptr;
 };
 void route(const RouteArgs& a);
 
@@ -355,6 +363,8 @@ struct DecodeMatvecArgs {
   // quantizing, which saves that launch; x_q8 is then null.
   const float* norm = nullptr;
   float eps = 1e-5f;
+  // x's gated activation, applied as each block quantizes it (x_q8 and norm null), which saves that launch.
+  InputGate gate;
 };
 void decode_matvec(const DecodeMatvecArgs& a);
 
@@ -402,6 +412,10 @@ void qk_norm_rope_store(const QkNormRopeStoreArgs& a);
 // (down_e . act[t * n_used + k]) (moe_matmul, moe_combine and add). Experts are addressed as in MoeMatmulArgs (w
 // describes expert 0; expert e at w.data + e * stride), so a pool of cached experts works through remapped ids.
 bool moe_decode_supported(const model::Mat& gate, const model::Mat& up, const model::Mat& down, int64_t n_tok, int32_t n_used);
+// Each launch on its own: a down projection whose rows the kernel cannot stage (a Q4_0 row of 704 columns, 396 bytes,
+// as Gemma 4 26B-A4B's) follows moe_decode_gate_up with moe_matmul of its f32 act.
+bool moe_decode_gate_up_supported(const model::Mat& gate, const model::Mat& up, int64_t n_tok, int32_t n_used);
+bool moe_decode_down_supported(const model::Mat& down, int64_t n_tok, int32_t n_used);
 struct MoeDecodeGateUpArgs {
   model::Mat gate, up;                     // one expert: [n_ff] x [n_embd]; n_ff % 32 == 0
   uint64_t gate_stride = 0, up_stride = 0;
