@@ -148,6 +148,52 @@ TEST(DecodeKernels, UnalignedRowsAreNotTaken) {
   EXPECT_FALSE(cuda::decode_matvec_supported(dmat(f, df), 1));
 }
 
+// A gated input (the feed-forward's down projection of act(gate) * up, a per-layer input's projection of gelu(g) times
+// a strided row) applied inside decode_matvec's quantization and inside quantize_q8_0: bit for bit the activation's
+// own kernel followed by the plain product.
+TEST(DecodeKernels, GatedInputEqualsTheActivationThenTheProduct) {
+  DF_REQUIRE_GPU();
+  for (auto act : {cuda::Glu::kSilu, cuda::Glu::kGelu})
+    for (int64_t n_tok : {1, 3}) {
+      const int64_t cols = 256, rows = 64, stride = 3 * cols;  // the multiplier's rows: every third slice of 256
+      const HostMat w = random_mat(GgmlType::Q4_0, rows, cols, 231);
+      auto dw = upload(w);
+      auto g = random_floats(n_tok * cols, 232, -12.0f, 12.0f), m = random_floats(n_tok * stride, 233, -2.0f, 2.0f);
+      auto dg = cuda::to_device(g), dm = cuda::to_device(m);
+      const float* mul = dm.as<float>() + cols;
+      // The reference: the activation's kernel into its own buffer (a strided multiplier: gelu()'s), then the product.
+      cuda::DeviceBuffer a(n_tok * cols * 4), y1(n_tok * rows * 4), y2(n_tok * rows * 4), y3(n_tok * rows * 4);
+      if (act == cuda::Glu::kGelu) {
+        cuda::gelu({.x = dg.as<float>(), .m = mul, .m_stride = stride, .y = a.as<float>(), .n_rows = n_tok,
+                    .cols = cols});
+      } else {
+        std::vector<float> packed(n_tok * cols);  // glu() takes the multiplier contiguous
+        for (int64_t t = 0; t < n_tok; ++t)
+          std::copy_n(m.begin() + t * stride + cols, cols, packed.begin() + t * cols);
+        auto dp = cuda::to_device(packed);
+        cuda::glu({.gate = dg.as<float>(), .up = dp.as<float>(), .y = a.as<float>(), .n = n_tok * cols});
+      }
+      cuda::DecodeMatvecArgs ref{.x = a.as<float>(), .n_tok = n_tok};
+      ref.parts[0] = {.w = dmat(w, dw), .y = y1.as<float>()};
+      cuda::decode_matvec(ref);
+      const cuda::InputGate gate{.on = true, .act = act, .mul = mul, .mul_stride = stride};
+      cuda::DecodeMatvecArgs fused{.x = dg.as<float>(), .n_tok = n_tok, .gate = gate};
+      fused.parts[0] = {.w = dmat(w, dw), .y = y2.as<float>()};
+      cuda::decode_matvec(fused);
+      const uint64_t qb = cuda::q8_scratch_bytes(GgmlType::Q8_0, cols, n_tok);
+      cuda::DeviceBuffer q(qb);
+      cuda::quantize_q8_0({.x = dg.as<float>(), .y = q.as<uint8_t>(), .n_rows = n_tok, .cols = cols, .gate = gate});
+      cuda::DecodeMatvecArgs pre{.x_q8 = q.as<uint8_t>(), .n_tok = n_tok};
+      pre.parts[0] = {.w = dmat(w, dw), .y = y3.as<float>()};
+      cuda::decode_matvec(pre);
+      const auto want = download<float>(y1, n_tok * rows);
+      const std::string what = std::string(act == cuda::Glu::kGelu ? "gelu" : "silu") + " n_tok " +
+                               std::to_string(n_tok);
+      EXPECT_EQ(count_differ(download<float>(y2, n_tok * rows), want), 0u) << what;
+      EXPECT_EQ(count_differ(download<float>(y3, n_tok * rows), want), 0u) << what;
+    }
+}
+
 // rms_norm then quantize_q8_0, fused: both outputs bit for bit.
 TEST(DecodeKernels, RmsNormQ8EqualsNormThenQuantize) {
   DF_REQUIRE_GPU();
