@@ -34,17 +34,6 @@ constexpr const char* kModel = "models/qwen35moe-q8_0.gguf";
 
 std::vector<float> logits_of(Session& s) { return {s.logits().begin(), s.logits().end()}; }
 
-// Greedy decode of n tokens, one eval each (the last one is not fed back).
-std::vector<int32_t> decode(Session& s, int n) {
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back(sampling::argmax(s.logits()));
-    if (i + 1 < n) {
-      EXPECT_TRUE(s.eval(std::span<const int32_t>(&out.back(), 1)).ok());
-    }
-  }
-  return out;
-}
 
 TEST(HybridSequence, TruncateAnywhereThenEvalEqualsAFreshRun) {
   DF_REQUIRE_SHARED(path, kModel);
@@ -60,7 +49,7 @@ TEST(HybridSequence, TruncateAnywhereThenEvalEqualsAFreshRun) {
   for (const auto& cut : cuts) {
     Session s = new_session(**m);
     ASSERT_TRUE(s.eval(prompt).ok());
-    const std::vector<int32_t> generated = decode(s, 6);
+    const std::vector<int32_t> generated = greedy_continue(s, 6);
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), generated.begin(), generated.end() - 1);
     ASSERT_EQ(s.n_past(), all.size());
@@ -100,7 +89,7 @@ TEST(HybridSequence, ManyTurnsEachCutIntoTheLastOne) {
     for (int i = 0; i < 12; ++i) prompt.push_back(int32_t(1000 + 37 * turn + 11 * i));
     ASSERT_TRUE(s.eval(prompt).ok());
     kept.insert(kept.end(), prompt.begin(), prompt.end());
-    const std::vector<int32_t> reply = decode(s, 4);
+    const std::vector<int32_t> reply = greedy_continue(s, 4);
     kept.insert(kept.end(), reply.begin(), reply.end() - 1);
     // The next turn keeps all but the last 2 prompt tokens and the reply (a template rewriting its tail).
     const uint32_t keep = uint32_t(kept.size()) - 5;

@@ -85,7 +85,9 @@ TEST_P(GpuForward, LogitsMatchTheCpuEngine) {
               (long long)far, tol);
   EXPECT_GE(double(agree), 0.9 * double(positions));
   const bool any_robust = std::any_of(cases.begin(), cases.end(), [](const auto& c) { return c.robust; });
-  if (any_robust) EXPECT_LE(double(far), 0.1 * double(positions));
+  if (any_robust) {
+    EXPECT_LE(double(far), 0.1 * double(positions));
+  }
 }
 
 // (model, decode through the CUDA graph): a failing graph capture shows as its own failure.
@@ -101,19 +103,7 @@ TEST_P(GpuGold, GreedyMatchesLlamaCpp) {
   ASSERT_TRUE(m);
   auto cpu = open_cpu(path.string(), 1024);
   ASSERT_TRUE(cpu);
-  PieceDecoder pieces(m->file());
-  for (const auto& c : cases) {
-    auto s = session_of(*m);
-    ASSERT_TRUE(s);
-    const auto ids = greedy_gpu(*s, c.prompt_ids, c.n_predict);
-    std::string text;
-    for (int32_t id : ids) text += pieces.piece(id);
-    const size_t common = common_prefix(text, c.completion);
-    std::printf("[gpu-gold] %-14s graph=%d robust=%d common prefix %zu/%zu bytes  prompt \"%s\"\n", name.c_str(),
-                graph, c.robust, common, c.completion.size(), c.prompt.substr(0, 40).c_str());
-    if (c.robust && text != c.completion)
-      expect_near_tie(*cpu, *s, c.prompt_ids, ids, name + " graph " + std::to_string(graph) + " prompt: " + c.prompt);
-  }
+  expect_gold_cases(*m, *cpu, cases, "gpu-gold " + name + " graph=" + std::to_string(graph));
 }
 
 // A session reused after truncate() recomputes the dropped positions: same logits as a fresh session, and the

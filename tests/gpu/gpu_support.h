@@ -16,6 +16,7 @@
 #include "diskformer/engine/model.h"
 #include "diskformer/engine/session.h"
 #include "diskformer/sampling/sampler.h"
+#include "model/gold.h"
 
 #define DF_REQUIRE_GPU()                                                                   \
   do {                                                                                     \
@@ -124,6 +125,42 @@ inline void expect_near_tie(engine::Model& cpu_model, engine::Session& gpu, cons
   EXPECT_TRUE(p->near_tie()) << what << ": parts from the CPU engine at step " << p->step << " (margin "
                              << p->cpu_margin << ") where the two tokens' logits moved by " << p->pair_diff
                              << ", more than any other's (" << p->others_diff << ")";
+}
+
+// Greedy generation of every gold case on the GPU model, each printed under `tag` with its common prefix with
+// llama.cpp's completion; where `check`, a robust case must equal it byte for byte or part from the CPU engine at a
+// measured near-tie. Returns the experts the CPU computed for the GPU's sessions.
+inline uint64_t expect_gold_cases(engine::Model& gpu, engine::Model& cpu, const std::vector<GoldCase>& cases,
+                                  const std::string& tag, bool check = true) {
+  PieceDecoder pieces(gpu.file());
+  uint64_t cpu_experts = 0;
+  for (const auto& c : cases) {
+    auto s = session_of(gpu);
+    if (!s) return cpu_experts;
+    const auto ids = greedy_gpu(*s, c.prompt_ids, c.n_predict);
+    cpu_experts += s->stats().cpu_experts;
+    std::string text;
+    for (int32_t id : ids) text += pieces.piece(id);
+    std::printf("[%s] robust=%d common prefix %zu/%zu bytes  prompt \"%s\"\n", tag.c_str(), c.robust,
+                common_prefix(text, c.completion), c.completion.size(), c.prompt.substr(0, 40).c_str());
+    if (check && c.robust && text != c.completion) expect_near_tie(cpu, *s, c.prompt_ids, ids, tag + " prompt: " + c.prompt);
+  }
+  return cpu_experts;
+}
+
+// The model on the GPU under the smallest budget it accepts: `need` bytes (what its refusal of a small budget
+// names), or the first MiB above it that a second measurement of the CUDA context accepts; nullptr (a failure) if
+// none up to 8 MiB above does. The budget it took into *accepted.
+inline std::unique_ptr<engine::Model> open_at_smallest_budget(const std::string& path, uint32_t n_ctx, uint64_t need,
+                                                              uint64_t* accepted = nullptr) {
+  for (uint64_t budget = need; budget <= need + (8ull << 20); budget += 1ull << 20) {
+    auto r = engine::Model::open(path, {.n_ctx = n_ctx, .backend = engine::Backend::kCuda, .gpu = {.budget = budget}});
+    if (!r.ok()) continue;
+    if (accepted) *accepted = budget;
+    return std::move(r).value();
+  }
+  ADD_FAILURE() << path << ": no budget up to 8 MiB above " << need << " accepted";
+  return nullptr;
 }
 
 }  // namespace df::test

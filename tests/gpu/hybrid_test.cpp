@@ -20,6 +20,7 @@
 #include "gpu/gpu_support.h"
 #include "support/cli_run.h"
 #include "support/compare.h"
+#include "support/sessions.h"
 #include "support/test_paths.h"
 
 namespace df::test {
@@ -32,16 +33,6 @@ std::vector<float> last_row(engine::Session& s, int64_t V) {
   return {l.end() - V, l.end()};
 }
 
-std::vector<int32_t> decode(engine::Session& s, int n) {
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back(sampling::argmax(s.logits()));
-    if (i + 1 < n) {
-      EXPECT_TRUE(s.eval(std::span<const int32_t>(&out.back(), 1)).ok());
-    }
-  }
-  return out;
-}
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
@@ -73,7 +64,7 @@ TEST_P(GpuHybrid, TruncateAnywhereThenEvalContinuesAsAFreshRun) {
     auto s = session_of(*m);
     ASSERT_TRUE(s);
     ASSERT_TRUE(s->eval(prompt).ok());
-    const std::vector<int32_t> generated = decode(*s, 6);
+    const std::vector<int32_t> generated = greedy_continue(*s, 6);
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), generated.begin(), generated.end() - 1);
     ASSERT_EQ(s->n_past(), all.size());
@@ -89,7 +80,9 @@ TEST_P(GpuHybrid, TruncateAnywhereThenEvalContinuesAsAFreshRun) {
     const uint32_t copy = cut.back() >= 14 ? 14 : cut.back() >= 6 ? 6 : 0;
     auto fresh = session_of(*m);
     ASSERT_TRUE(fresh);
-    if (copy) ASSERT_TRUE(fresh->eval(std::span(ids).first(copy)).ok());
+    if (copy) {
+      ASSERT_TRUE(fresh->eval(std::span(ids).first(copy)).ok());
+    }
     ASSERT_TRUE(fresh->eval(std::span(ids).subspan(copy)).ok());
     const std::string what = "kept " + std::to_string(cut.back());
     if (copy != 6) {

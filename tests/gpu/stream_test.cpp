@@ -33,7 +33,6 @@ TEST_P(GpuStream, GoldCasesMatchWithAFewExpertsPerLayer) {
   auto probe = open_cpu(path.string(), 1024);
   ASSERT_TRUE(probe);
   const uint32_t slots = 2 * probe->spec().n_expert_used;
-  PieceDecoder pieces(probe->file());
   // The CPU computes its share of decode's misses where its products round as the GPU's (the default); the other
   // types' share, forced on, is checked to run but not for the resident output (see cpu_experts_round_alike).
   const bool alike = cuda::cpu_experts_round_alike(probe->files().layouts);
@@ -48,22 +47,10 @@ TEST_P(GpuStream, GoldCasesMatchWithAFewExpertsPerLayer) {
     if (k.cpu && *k.cpu && alike) continue;  // the default already
     auto m = open_gpu(path.string(), 1024, {.slots = slots, .cpu_experts = k.cpu, .prefetch = prefetch});
     ASSERT_TRUE(m);
-    uint64_t cpu_count = 0;
-    for (const auto& c : cases) {
-      auto s = session_of(*m);
-      ASSERT_TRUE(s);
-      const auto ids = greedy_gpu(*s, c.prompt_ids, c.n_predict);
-      cpu_count += s->stats().cpu_experts;
-      std::string text;
-      for (int32_t id : ids) text += pieces.piece(id);
-      std::printf("[gpu-stream-gold] %-14s slots %u cpu share %d prefetch %d robust=%d common prefix %zu/%zu bytes\n",
-                  name.c_str(), slots, cpu, prefetch, c.robust, common_prefix(text, c.completion),
-                  c.completion.size());
-      if (c.robust && text != c.completion && (alike || !cpu))
-        expect_near_tie(*probe, *s, c.prompt_ids, ids,
-                        name + " cpu share " + std::to_string(cpu) + " prefetch " + std::to_string(prefetch) +
-                            " prompt: " + c.prompt);
-    }
+    char tag[96];
+    std::snprintf(tag, sizeof tag, "gpu-stream-gold %s slots %u cpu share %d prefetch %d", name.c_str(), slots, cpu,
+                  prefetch);
+    const uint64_t cpu_count = expect_gold_cases(*m, *probe, cases, tag, /*check=*/alike || !cpu);
     const engine::ModelStats st = m->stats();
     ASSERT_TRUE(st.gpu.has_value());
     EXPECT_EQ(st.gpu_slots, slots);
@@ -279,32 +266,14 @@ TEST_P(GpuKQuantBudget, GoldCasesMatchUnderTheSmallestAcceptedBudget) {
   const uint64_t need = std::stoull(why.substr(open + 1, at - open - 1));
   std::printf("[gpu-kquant-budget] %-16s smallest budget %.1f MiB (from: %s)\n", name.c_str(), need / 1048576.0,
               why.c_str());
-  std::unique_ptr<engine::Model> m;
-  uint64_t budget = need;
-  for (; budget <= need + (8ull << 20); budget += 1ull << 20) {
-    auto r = engine::Model::open(path.string(), {.n_ctx = 1024, .backend = engine::Backend::kCuda,
-                                                 .gpu = {.budget = budget}});
-    if (r.ok()) {
-      m = std::move(r).value();
-      break;
-    }
-  }
-  ASSERT_TRUE(m) << "no budget up to 8 MiB above " << need << " accepted";
+  uint64_t budget = 0;
+  auto m = open_at_smallest_budget(path.string(), 1024, need, &budget);
+  ASSERT_TRUE(m);
   auto cpu = open_cpu(path.string(), 1024);
   ASSERT_TRUE(cpu);
   const engine::ModelStats st0 = m->stats();
   std::printf("[gpu-kquant-budget] %-16s %s\n", name.c_str(), m->describe().c_str());
-  PieceDecoder pieces(m->file());
-  for (const auto& c : cases) {
-    auto s = session_of(*m);
-    ASSERT_TRUE(s);
-    const auto ids = greedy_gpu(*s, c.prompt_ids, c.n_predict);
-    std::string text;
-    for (int32_t id : ids) text += pieces.piece(id);
-    std::printf("[gpu-kquant-budget] %-16s robust=%d common prefix %zu/%zu bytes\n", name.c_str(), c.robust,
-                common_prefix(text, c.completion), c.completion.size());
-    if (c.robust && text != c.completion) expect_near_tie(*cpu, *s, c.prompt_ids, ids, name + " prompt: " + c.prompt);
-  }
+  expect_gold_cases(*m, *cpu, cases, "gpu-kquant-budget " + name);
   EXPECT_LE(cuda::device_memory_used(), budget);
   EXPECT_GE(st0.gpu_slots, 2 * m->spec().n_expert_used);
 }
@@ -329,27 +298,12 @@ TEST(GpuGemma4, PerLayerTableInHostRamUnderTheSmallestBudget) {
   ASSERT_TRUE(needs != std::string::npos && open != std::string::npos && at != std::string::npos) << why;
   EXPECT_NE(why.find("per-layer embeddings in pinned host RAM"), std::string::npos) << why;
   const uint64_t need = std::stoull(why.substr(open + 1, at - open - 1));
-  std::unique_ptr<engine::Model> m;
-  for (uint64_t budget = need; budget <= need + (8ull << 20) && !m; budget += 1ull << 20) {
-    auto r = engine::Model::open(path.string(), {.n_ctx = 1024, .backend = engine::Backend::kCuda,
-                                                 .gpu = {.budget = budget}});
-    if (r.ok()) m = std::move(r).value();
-  }
-  ASSERT_TRUE(m) << "no budget up to 8 MiB above " << need << " accepted";
+  auto m = open_at_smallest_budget(path.string(), 1024, need);
+  ASSERT_TRUE(m);
   std::printf("[gpu-gemma4] %s\n", m->describe().c_str());
   auto cpu = open_cpu(path.string(), 1024);
   ASSERT_TRUE(cpu);
-  PieceDecoder pieces(m->file());
-  for (const auto& c : cases) {
-    auto s = session_of(*m);
-    ASSERT_TRUE(s);
-    const auto ids = greedy_gpu(*s, c.prompt_ids, c.n_predict);
-    std::string text;
-    for (int32_t id : ids) text += pieces.piece(id);
-    std::printf("[gpu-gemma4] robust=%d common prefix %zu/%zu bytes\n", c.robust, common_prefix(text, c.completion),
-                c.completion.size());
-    if (c.robust && text != c.completion) expect_near_tie(*cpu, *s, c.prompt_ids, ids, "e2b prompt: " + c.prompt);
-  }
+  expect_gold_cases(*m, *cpu, cases, "gpu-gemma4");
 }
 
 }  // namespace

@@ -35,4 +35,16 @@ inline std::vector<int32_t> greedy_ids(engine::Session& s, const std::vector<int
   return out;
 }
 
+// n greedy tokens after what the session has evaluated, one eval each (the last one not fed back).
+inline std::vector<int32_t> greedy_continue(engine::Session& s, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(sampling::argmax(s.logits()));
+    if (i + 1 < n) {
+      EXPECT_TRUE(s.eval(std::span<const int32_t>(&out.back(), 1)).ok());
+    }
+  }
+  return out;
+}
+
 }  // namespace df::test

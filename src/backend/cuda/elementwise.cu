@@ -16,11 +16,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t n) {
-  const int64_t g = (n + kThreads - 1) / kThreads;
-  DF_CHECK(g > 0 && g <= 0x7fffffff);
-  return unsigned(g);
-}
+unsigned grid_for(int64_t n) { return cuda::grid_for(n, kThreads); }
 
 __global__ void glu_kernel(const float* gate, const float* up, float* y, int64_t n, bool gelu_act) {
   dev::allow_next();

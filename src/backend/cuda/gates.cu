@@ -1,6 +1,7 @@
 // The sigmoid gates of a hybrid model's attention layers (each head's query rows carry its gate) and of its shared
 // expert, one thread per element, each step rounded as the CPU forward rounds it (backend/cpu/forward_qwen35.cpp).
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/cudart/check.h"
 #include "diskformer/util/check.h"
@@ -11,11 +12,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t n) {
-  const int64_t g = (n + kThreads - 1) / kThreads;
-  DF_CHECK(g > 0 && g <= 0x7fffffff);
-  return unsigned(g);
-}
+unsigned grid_for(int64_t n) { return cuda::grid_for(n, kThreads); }
 
 __device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 

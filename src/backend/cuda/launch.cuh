@@ -1,12 +1,16 @@
-// Launching kernels: the device's attributes the launch shapes depend on, and launch_early() for the kernels of a
-// decode step, which start while the kernel before them finishes (dev::wait_prior in common.cuh says the rule).
+// Launching kernels: the device's attributes the launch shapes depend on, launch_early() for the kernels of a
+// decode step, which start while the kernel before them finishes (dev::wait_prior in common.cuh says the rule), and
+// the kernels' view of kernels.h's argument types.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <utility>
 
+#include "backend/cuda/common.cuh"
+#include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/cudart/check.h"
+#include "diskformer/util/check.h"
 
 namespace df::cuda {
 
@@ -19,12 +23,12 @@ inline int device_attribute(cudaDeviceAttr what) {
 
 inline int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
 
-}  // namespace df::cuda
-
-#include "backend/cuda/common.cuh"
-#include "diskformer/backend/cuda/kernels.h"
-
-namespace df::cuda {
+// Blocks of `threads` for n elements, a thread each.
+inline unsigned grid_for(int64_t n, int threads) {
+  const int64_t g = (n + threads - 1) / threads;
+  DF_CHECK(g > 0 && g <= 0x7fffffff);
+  return unsigned(g);
+}
 
 // kernels.h's InputGate as the kernels take it.
 inline dev::Gate device_gate(const InputGate& g) {
