@@ -10,11 +10,14 @@
 //   each part leaves (max, sum, unnormalized output) in the workspace and merge_kernel combines them. The part
 //   count is fixed at launch from n_ctx (a captured decode graph replays with new positions); each block finds its
 //   own range from pos[t] on the device, and parts past the sequence exit at once. With one part the block writes
-//   the output itself (batches too large for the workspace at head dims the tensor-core kernel does not take).
+//   the output itself (batches too large for the workspace at head dims the tensor-core kernel does not take). A
+//   sliding window starts the range at pos[t] - window + 1. Built for heads of up to 256 and of up to 512 (gemma4's
+//   full layers, whose tiles take dynamic shared memory past the default 48 KiB).
 // - mma (prefill, flash-attention 2 style): a block per 64 rows (token, query head of one GQA group), so the keys and
 //   values staged in shared memory serve every head of the group; Q·Kᵀ and P·V on tensor cores (mma.sync m16n8k16,
 //   f16 inputs, f32 accumulation) with the probabilities rounded to f16 for P·V. Tiles past the block's last position
-//   are never visited; only the tiles that reach past its first row's position are masked element by element.
+//   are never visited; only the tiles that reach past its first row's position are masked element by element. It
+//   masks causally only: a window that masks anything takes the split kernel.
 #include <algorithm>
 #include <climits>
 

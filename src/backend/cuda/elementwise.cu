@@ -34,11 +34,11 @@ __global__ void gelu_kernel(const float* x, const float* m, int64_t m_stride, fl
   y[i] = m ? __fmul_rn(g, m[(i / cols) * m_stride + i % cols]) : g;
 }
 
-__global__ void scale_kernel(float* x, int64_t n, float s, const float* s_dev) {
+__global__ void scale_kernel(float* x, int64_t n, float s) {
   dev::allow_next();
   dev::wait_prior();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = __fmul_rn(x[i], s_dev ? *s_dev : s);
+  if (i < n) x[i] = __fmul_rn(x[i], s);
 }
 
 __global__ void softcap_kernel(float* x, int64_t n, float cap) {
@@ -130,7 +130,7 @@ void gelu(const GeluArgs& a) {
 void scale(const ScaleArgs& a) {
   DF_CHECK(a.x != nullptr && a.n >= 0);
   if (a.n == 0) return;
-  launch_early(scale_kernel, dim3(grid_for(a.n)), dim3(kThreads), 0, a.stream, a.x, a.n, a.s, a.s_dev);
+  launch_early(scale_kernel, dim3(grid_for(a.n)), dim3(kThreads), 0, a.stream, a.x, a.n, a.s);
 }
 
 void softcap(const SoftcapArgs& a) {

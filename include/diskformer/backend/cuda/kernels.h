@@ -255,12 +255,11 @@ struct GeluArgs {
 };
 void gelu(const GeluArgs& a);
 
-// x[i] *= s, or by the device scalar *s_dev where set (a layer's output scale, read on the device).
+// x[i] *= s.
 struct ScaleArgs {
   float* x = nullptr;
   int64_t n = 0;
   float s = 1.0f;
-  const float* s_dev = nullptr;
   cudaStream_t stream = nullptr;
 };
 void scale(const ScaleArgs& a);
