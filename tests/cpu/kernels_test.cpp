@@ -462,6 +462,30 @@ TEST(Kernels, Q4_KRowAgainstSeveralActivationsEqualsOneByOne) {
   }
 }
 
+TEST(Kernels, Q6_KRowAgainstSeveralActivationsEqualsOneByOne) {
+  // One Q6_K row against 1 to 8 activation rows: each result is dot_q6_k_q8_k's, bit for bit, in every table, and
+  // the tables agree with the scalar one.
+  for (int64_t n : {int64_t(256), int64_t(256 * 7)}) {
+    const auto wk = random_weights(gguf::GgmlType::Q6_K, n, 10);
+    std::vector<Act> ak;
+    const BlockQ8_K* pk[8];
+    for (int t = 0; t < 8; ++t) {
+      ak.push_back(quantize_for(gguf::GgmlType::Q6_K, randn(size_t(n), uint64_t(400 + t))));
+      pk[t] = reinterpret_cast<const BlockQ8_K*>(ak.back().bytes.data());
+    }
+    const auto* w = reinterpret_cast<const BlockQ6_K*>(wk.data());
+    for (const Kernels* k : all_tables())
+      for (int nt = 1; nt <= 8; ++nt) {
+        float out[8];
+        k->dotn_q6_k_q8_k(n, w, pk, nt, out);
+        for (int t = 0; t < nt; ++t) {
+          EXPECT_EQ(bits(out[t]), bits(k->dot_q6_k_q8_k(n, w, pk[t]))) << k->name << " n=" << n << " nt=" << nt;
+          EXPECT_EQ(bits(out[t]), bits(scalar_kernels().dot_q6_k_q8_k(n, w, pk[t]))) << k->name << " n=" << n;
+        }
+      }
+  }
+}
+
 TEST(Kernels, FourRowQ4_KDotsMatchScalar) {
   // Q4_K's four-row kernel has its own (batched) order, so its tables are checked against the scalar one and the
   // single order within rounding.

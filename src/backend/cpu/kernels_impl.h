@@ -89,6 +89,7 @@ void dotn_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[]
 void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]);
 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
+void dotn_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out);
 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
 }  // namespace avx512
 

@@ -280,6 +280,38 @@ DF_AVX512 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a)
   return sum_lanes(acc);
 }
 
+// dot_q6_k_q8_k's steps for each activation row, the block's codes and scales unpacked once for all.
+DF_AVX512 void dotn_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out) {
+  __m256 acc[8];
+  for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ6_K& x = w[b];
+    const __m256i scales = _mm256_cvtepi8_epi16(load128(x.scales));
+    __m512i q[4], sc[4];
+    for (int j = 0; j < 2; ++j) {
+      const __m512i l = load512(x.ql + 64 * j);
+      const __m256i h = load256(x.qh + 32 * j);
+      const __m512i hh = join(h, _mm256_srli_epi16(h, 2));
+      for (int half = 0; half < 2; ++half) {
+        const __m512i lo = _mm512_and_si512(half ? _mm512_srli_epi16(l, 4) : l, nibbles());
+        const __m512i hi = _mm512_and_si512(half ? _mm512_srli_epi16(hh, 4) : hh, _mm512_set1_epi8(3));
+        const int sb = 8 * j + 4 * half;
+        q[2 * j + half] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+        sc[2 * j + half] = scales16(x.scales[sb], x.scales[sb + 1], x.scales[sb + 2], x.scales[sb + 3]);
+      }
+    }
+    const float dw = h2f(x.d);
+    for (int t = 0; t < nt; ++t) {
+      const BlockQ8_K& y = a[t][b];
+      const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(load256(y.bsums), scales), 5);
+      __m512i sumi = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dp(q[i], load512(y.qs + 64 * i)), sc[i]));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * dw), _mm256_cvtepi32_ps(_mm256_sub_epi32(fold(sumi), off)), acc[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) out[t] = sum_lanes(acc[t]);
+}
+
 DF_AVX512 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a) {
   // Table values plus 128 as unsigned bytes: v * a = (v + 128) * a - 128 * a.
   alignas(16) uint8_t biased[16];

@@ -227,6 +227,17 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
           for (int i = 0; i < nt; ++i) jb.y[(t + i) * w.rows + r] = out[i];
           t += nt;
         }
+      // Q6_K rows likewise (a Q4_K_M model's attn_v, ffn_down and head).
+      if (w.type == GgmlType::Q6_K)
+        while (jb.n_tok - t >= 2) {
+          const int nt = int(std::min<int64_t>(8, jb.n_tok - t));
+          const BlockQ8_K* a8[8];
+          for (int i = 0; i < nt; ++i) a8[i] = reinterpret_cast<const BlockQ8_K*>(act + (t + i) * arb);
+          float out[8];
+          k.dotn_q6_k_q8_k(w.cols, reinterpret_cast<const BlockQ6_K*>(wr), a8, nt, out);
+          for (int i = 0; i < nt; ++i) jb.y[(t + i) * w.rows + r] = out[i];
+          t += nt;
+        }
       for (; t < jb.n_tok; ++t) jb.y[t * w.rows + r] = dot_row(k, w.type, order, w.cols, wr, act + t * arb);
     }
   });

@@ -93,6 +93,9 @@ struct Kernels {
   // Four activation rows against one Q4_K row in the order of llama.cpp's batched 8-row kernel (gemm): as the x8
   // order, but one fused multiply-add per 64 elements (two sub-blocks) instead of per 256.
   void (*dot4_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]);
+  // dot_q6_k_q8_k of one row with nt (<= 8) activation rows: out[t] bit for bit dot_q6_k_q8_k(n, w, a[t]), the
+  // row's codes and scales unpacked once for all of them (a Q4_K_M model's Q6_K matrices in a prompt batch).
+  void (*dotn_q6_k_q8_k)(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out);
 
   // y[i] = silu(gate[i]) * up[i] over one row of n: as llama.cpp's SIMD SwiGLU, 8-element steps take the
   // exponential of exp_approx.h, the last n % 8 elements libm's expf.
