@@ -70,6 +70,30 @@ DF_AVX512 inline __m128i min_lanes(const ScalesMins& s, const BlockQ8_K& y) {
   return _mm_madd_epi16(mins, pair_sums);
 }
 
+// The integer sums of four vectors, [sum(v0), sum(v1), sum(v2), sum(v3)]: one reduction tree for the four instead of
+// one each (integer additions: exact in any order).
+DF_AVX512 inline __m128i quad_sum(__m512i v) {  // the four 128-bit lanes added
+  const __m256i h = fold(v);
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+DF_AVX512 inline __m128i sums4(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+  return _mm_hadd_epi32(_mm_hadd_epi32(quad_sum(v0), quad_sum(v1)), _mm_hadd_epi32(quad_sum(v2), quad_sum(v3)));
+}
+
+// For four vectors of 32-bit lanes: the sums of lanes 0 .. 7 (a 64-element chunk's first sub-block) times s0 plus
+// those of lanes 8 .. 15 times s1, [v0, v1, v2, v3]: what mullo by scales32(s0, s1) and a reduction give each, in
+// one product for the four.
+DF_AVX512 inline __m256i sub_block_halves(__m512i v) {  // [lanes 0..3 + 4..7 | lanes 8..11 + 12..15]
+  return fold(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)));
+}
+DF_AVX512 inline __m128i scaled_sums4(__m512i v0, __m512i v1, __m512i v2, __m512i v3, int s0, int s1) {
+  // Within each 128-bit half: [v0's, v1's, v2's, v3's] sums of the first sub-block, then of the second.
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sub_block_halves(v0), sub_block_halves(v1)),
+                                      _mm256_hadd_epi32(sub_block_halves(v2), sub_block_halves(v3)));
+  const __m256i s = _mm256_mullo_epi32(h, _mm256_set_m128i(_mm_set1_epi32(s1), _mm_set1_epi32(s0)));
+  return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
 // Scaled sums of a Q4_K / Q5_K super-block per 64 elements (j: elements 64j .. 64j + 63, codes q).
 DF_AVX512 inline __m512i q45_chunk(__m512i q, const BlockQ8_K& y, const ScalesMins& s, int j) {
   return _mm512_mullo_epi32(dp(q, load512(y.qs + 64 * j)), scales32(s.sc[2 * j], s.sc[2 * j + 1]));
@@ -187,14 +211,30 @@ DF_AVX512 void dotn_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K*
     __m512i q[4], sc[4];
     for (int j = 0; j < 4; ++j) q[j] = q4_codes(x, j), sc[j] = scales32(scm.sc[2 * j], scm.sc[2 * j + 1]);
     const float dw = h2f(x.d), mw = h2f(x.dmin);
-    for (int t = 0; t < nt; ++t) {
-      const BlockQ8_K& y = a[t][b];
-      __m512i sumi = _mm512_setzero_si512();
-      for (int j = 0; j < 4; ++j) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dp(q[j], load512(y.qs + 64 * j)), sc[j]));
-      alignas(16) int32_t ml[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(ml), min_lanes(scm, y));
-      s[t] = std::fma(float(_mm512_reduce_add_epi32(sumi)), dw * y.d, s[t]);
-      sm[t] = std::fma(float((ml[0] + ml[1]) + (ml[2] + ml[3])), mw * y.d, sm[t]);
+    // Four tokens' sums reduced together where four are left.
+    for (int t0 = 0; t0 < nt; t0 += 4) {
+      const int m = std::min(4, nt - t0);
+      __m512i sumi[4];
+      for (int i = 0; i < m; ++i) {
+        const BlockQ8_K& y = a[t0 + i][b];
+        sumi[i] = _mm512_setzero_si512();
+        for (int j = 0; j < 4; ++j)
+          sumi[i] = _mm512_add_epi32(sumi[i], _mm512_mullo_epi32(dp(q[j], load512(y.qs + 64 * j)), sc[j]));
+      }
+      alignas(16) int32_t tot[4];
+      if (m == 4) {
+        _mm_store_si128(reinterpret_cast<__m128i*>(tot), sums4(sumi[0], sumi[1], sumi[2], sumi[3]));
+      } else {
+        for (int i = 0; i < m; ++i) tot[i] = _mm512_reduce_add_epi32(sumi[i]);
+      }
+      for (int i = 0; i < m; ++i) {
+        const int t = t0 + i;
+        const BlockQ8_K& y = a[t][b];
+        alignas(16) int32_t ml[4];
+        _mm_store_si128(reinterpret_cast<__m128i*>(ml), min_lanes(scm, y));
+        s[t] = std::fma(float(tot[i]), dw * y.d, s[t]);
+        sm[t] = std::fma(float((ml[0] + ml[1]) + (ml[2] + ml[3])), mw * y.d, sm[t]);
+      }
     }
   }
   for (int t = 0; t < nt; ++t) out[t] = s[t] - sm[t];
@@ -208,11 +248,16 @@ DF_AVX512 void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K*
     const float dw = h2f(x.d), mw = h2f(x.dmin);
     for (int j = 0; j < 4; ++j) {
       const __m512i q = q4_codes(x, j);
+      alignas(16) int32_t tot[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tot),
+                      scaled_sums4(dp(q, load512(a[0][b].qs + 64 * j)), dp(q, load512(a[1][b].qs + 64 * j)),
+                                   dp(q, load512(a[2][b].qs + 64 * j)), dp(q, load512(a[3][b].qs + 64 * j)),
+                                   scm.sc[2 * j], scm.sc[2 * j + 1]));
       for (int t = 0; t < 4; ++t) {
         const BlockQ8_K& y = a[t][b];
         const int msum = scm.mn[2 * j] * (y.bsums[4 * j] + y.bsums[4 * j + 1]) +
                          scm.mn[2 * j + 1] * (y.bsums[4 * j + 2] + y.bsums[4 * j + 3]);
-        s[t] = std::fma(float(_mm512_reduce_add_epi32(q45_chunk(q, y, scm, j))), dw * y.d, s[t]);
+        s[t] = std::fma(float(tot[t]), dw * y.d, s[t]);
         sm[t] = std::fma(float(msum), mw * y.d, sm[t]);
       }
     }
