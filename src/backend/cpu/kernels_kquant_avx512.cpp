@@ -94,6 +94,17 @@ DF_AVX512 inline __m128i scaled_sums4(__m512i v0, __m512i v1, __m512i v2, __m512
   return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 }
 
+// The min terms of four activation rows, [sum over i of bsums[i] * mn[i / 2]] for rows a0 .. a3: min_lanes' total of
+// each (integer sums, exact in any order); mins16 holds mn[i / 2] in int16 lane i.
+DF_AVX512 inline __m128i min_sums4(__m256i mins16, const BlockQ8_K& a0, const BlockQ8_K& a1, const BlockQ8_K& a2,
+                                   const BlockQ8_K& a3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_madd_epi16(load256(a0.bsums), mins16),
+                                                        _mm256_madd_epi16(load256(a1.bsums), mins16)),
+                                      _mm256_hadd_epi32(_mm256_madd_epi16(load256(a2.bsums), mins16),
+                                                        _mm256_madd_epi16(load256(a3.bsums), mins16)));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
 // Scaled sums of a Q4_K / Q5_K super-block per 64 elements (j: elements 64j .. 64j + 63, codes q).
 DF_AVX512 inline __m512i q45_chunk(__m512i q, const BlockQ8_K& y, const ScalesMins& s, int j) {
   return _mm512_mullo_epi32(dp(q, load512(y.qs + 64 * j)), scales32(s.sc[2 * j], s.sc[2 * j + 1]));
@@ -211,6 +222,8 @@ DF_AVX512 void dotn_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K*
     __m512i q[4], sc[4];
     for (int j = 0; j < 4; ++j) q[j] = q4_codes(x, j), sc[j] = scales32(scm.sc[2 * j], scm.sc[2 * j + 1]);
     const float dw = h2f(x.d), mw = h2f(x.dmin);
+    const __m128i mn = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scm.mn));
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
     // Four tokens' sums reduced together where four are left.
     for (int t0 = 0; t0 < nt; t0 += 4) {
       const int m = std::min(4, nt - t0);
@@ -221,19 +234,24 @@ DF_AVX512 void dotn_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K*
         for (int j = 0; j < 4; ++j)
           sumi[i] = _mm512_add_epi32(sumi[i], _mm512_mullo_epi32(dp(q[j], load512(y.qs + 64 * j)), sc[j]));
       }
-      alignas(16) int32_t tot[4];
+      alignas(16) int32_t tot[4], msum[4];
       if (m == 4) {
         _mm_store_si128(reinterpret_cast<__m128i*>(tot), sums4(sumi[0], sumi[1], sumi[2], sumi[3]));
+        _mm_store_si128(reinterpret_cast<__m128i*>(msum),
+                        min_sums4(mins16, a[t0][b], a[t0 + 1][b], a[t0 + 2][b], a[t0 + 3][b]));
       } else {
-        for (int i = 0; i < m; ++i) tot[i] = _mm512_reduce_add_epi32(sumi[i]);
+        for (int i = 0; i < m; ++i) {
+          tot[i] = _mm512_reduce_add_epi32(sumi[i]);
+          alignas(16) int32_t ml[4];
+          _mm_store_si128(reinterpret_cast<__m128i*>(ml), min_lanes(scm, a[t0 + i][b]));
+          msum[i] = (ml[0] + ml[1]) + (ml[2] + ml[3]);
+        }
       }
       for (int i = 0; i < m; ++i) {
         const int t = t0 + i;
-        const BlockQ8_K& y = a[t][b];
-        alignas(16) int32_t ml[4];
-        _mm_store_si128(reinterpret_cast<__m128i*>(ml), min_lanes(scm, y));
-        s[t] = std::fma(float(tot[i]), dw * y.d, s[t]);
-        sm[t] = std::fma(float((ml[0] + ml[1]) + (ml[2] + ml[3])), mw * y.d, sm[t]);
+        const float yd = a[t][b].d;
+        s[t] = std::fma(float(tot[i]), dw * yd, s[t]);
+        sm[t] = std::fma(float(msum[i]), mw * yd, sm[t]);
       }
     }
   }
