@@ -209,10 +209,17 @@ int cmd_bench(int argc, char** argv) {
                 {"h2d_GBps", nullptr},
                 {"disk_GBps", streams && timed_s > 0 ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
                 // The per-layer embedding table's row cache, where its rows stream (null where resident or none).
-                {"row_slots", ms.rows ? json(model->plan().row_slots) : json(nullptr)},
+                {"row_slots", ms.rows ? json(model->row_tier()->slots()) : json(nullptr)},
                 {"row_hit_rate", ms.rows && ms.rows->cache.lookups() ? json(ms.rows->cache.hit_rate()) : json(nullptr)},
                 {"row_bytes_per_token",
                  ms.rows && timed_tokens ? json(double(ms.streamed_row_bytes) / double(timed_tokens)) : json(nullptr)},
+                // On CUDA, its GPU row cache over the RAM one: hit rate and bytes copied to the GPU per token.
+                {"gpu_row_slots", ms.gpu_rows ? json(ms.gpu_row_slots) : json(nullptr)},
+                {"gpu_row_hit_rate", ms.gpu_rows && ms.gpu_rows->cache.lookups() ? json(ms.gpu_rows->cache.hit_rate())
+                                                                                 : json(nullptr)},
+                {"gpu_row_bytes_per_token", ms.gpu_rows && timed_tokens
+                                                ? json(double(ms.gpu_rows->cache.bytes_loaded) / double(timed_tokens))
+                                                : json(nullptr)},
                 {"residency", residency},
                 {"open_s", open_s},
                 {"kernels", model->context().kernels->name}};
@@ -325,6 +332,11 @@ int cmd_bench(int argc, char** argv) {
                   (unsigned long long)j["row_slots"].get<uint64_t>(),
                   j["row_hit_rate"].is_null() ? 0.0 : 100.0 * j["row_hit_rate"].get<double>(),
                   j["row_bytes_per_token"].is_null() ? 0.0 : j["row_bytes_per_token"].get<double>());
+    if (!j["gpu_row_slots"].is_null())
+      std::printf("  GPU rows %llu rows of the table on the GPU: hit rate %.1f%%, %.0f bytes per token copied up\n",
+                  (unsigned long long)j["gpu_row_slots"].get<uint64_t>(),
+                  j["gpu_row_hit_rate"].is_null() ? 0.0 : 100.0 * j["gpu_row_hit_rate"].get<double>(),
+                  j["gpu_row_bytes_per_token"].is_null() ? 0.0 : j["gpu_row_bytes_per_token"].get<double>());
     if (on_cuda) std::printf("  GPU memory peak %s (driver-reported, whole device)\n", format_size(gpu_peak).c_str());
     std::printf("  peak RSS %s\n", format_size(j["rss_peak_bytes"].get<uint64_t>()).c_str());
   }

@@ -28,6 +28,12 @@ std::string stats_line(engine::Model& model, const engine::GenerateStats& st) {
                   d.rows->cache.lookups() ? 100.0 * d.rows->cache.hit_rate() : 0.0, row_bytes_per_token(d, st));
     rows = r;
   }
+  if (d.gpu_rows) {  // on CUDA, the GPU's rows of the table, over the RAM cache above
+    char r[96];
+    std::snprintf(r, sizeof r, "GPU row hit rate %.1f%%, ",
+                  d.gpu_rows->cache.lookups() ? 100.0 * d.gpu_rows->cache.hit_rate() : 0.0);
+    rows += r;
+  }
   char rate[32] = "n/a";
   if (const auto r = st.gen_tok_s()) std::snprintf(rate, sizeof rate, "%.1f tok/s", *r);
   char buf[640];
@@ -61,6 +67,7 @@ Json stats_json(engine::Model& model, engine::Session& session, const engine::Ge
               {"bytes_to_gpu", d.gpu ? Json(d.gpu->cache.bytes_loaded) : Json(nullptr)},
               {"row_hit_rate", d.rows ? Json(d.rows->cache.hit_rate()) : Json(nullptr)},
               {"row_bytes_per_token", d.rows ? Json(row_bytes_per_token(d, st)) : Json(nullptr)},
+              {"gpu_row_hit_rate", d.gpu_rows ? Json(d.gpu_rows->cache.hit_rate()) : Json(nullptr)},
               {"cpu_experts", s.cpu_experts},
               {"rss_peak_bytes", engine::peak_rss_bytes()}};
 }

@@ -282,8 +282,9 @@ int print_gpu_plan(const std::string& path, uint64_t budget, uint32_t n_ctx, boo
   line("norms", r.norms);
   line("routers", r.routers);
   line("dense FFN", r.dense_ffn);
-  if (p.ple_table_on_host)
-    std::printf("  %-28s %14s  rows read from pinned host RAM\n", "per-layer embeddings", "0");
+  if (p.ple_row_slots)
+    std::printf("  %-28s %14llu  %s: rows through %u GPU row slots and the id map\n", "per-layer embeddings",
+                static_cast<unsigned long long>(r.ple_table), format_size(r.ple_table).c_str(), p.ple_row_slots);
   else if (r.ple_table)
     line("per-layer embeddings", r.ple_table);
   line("KV cache", r.kv_cache);

@@ -17,7 +17,8 @@ class PinnedAllocator final : public io::HostAllocator {
       cudaGetLastError();  // not sticky: later calls start clean
       return Error{"pinned host allocation of " + format_size(bytes) + " failed: " + cudaGetErrorString(e)};
     }
-    // cudaHostAlloc hands out whole pages; the O_DIRECT reads into it need no more than that.
+    // Large blocks start on a page, which the O_DIRECT reads into them need; small ones may not (the driver
+    // suballocates them), refused here for callers that asked for a page.
     if (reinterpret_cast<uintptr_t>(p) % alignment != 0) {
       cudaFreeHost(p);
       return Error{"pinned host allocation of " + format_size(bytes) + " is not " + std::to_string(alignment) +

@@ -61,13 +61,14 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   // The RAM tier: on the CPU every streamed record; on CUDA the experts the GPU streams (none where it holds them
   // all), in pinned memory.
   bool ram_tier = m->plan_.slots > 0;
-  bool gpu_streams = false;
+  CudaStreams gpu;
   io::HostAllocator* allocator = nullptr;
   if (o.backend == Backend::kCuda) {
-    DF_ASSIGN(gpu_streams, cuda_streams_experts(*m->files_, m->n_ctx_, o.sessions, o.gpu));
-    ram_tier = ram_tier && gpu_streams;
+    DF_ASSIGN(gpu, cuda_streams(*m->files_, m->n_ctx_, o.sessions, o.gpu));
+    ram_tier = ram_tier && gpu.experts;
     allocator = cuda_host_allocator();
   }
+  const bool gpu_streams = gpu.experts;
   const ModelFiles& f = *m->files_;
   LoadCounter load{o.progress};
   const uint64_t experts = expert_tensor_bytes(f.tensors);
@@ -76,12 +77,20 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
                                                   !m->plan_.rows_stream()))
       load.total += t->n_bytes;
   } else {
-    load.total = f.tensor_bytes - (gpu_streams ? experts : 0);
+    load.total = f.tensor_bytes - (gpu_streams ? experts : 0) - (gpu.rows ? f.tensors.ple_table->n_bytes : 0);
   }
   if (ram_tier && m->plan_.records_resident()) load.total += experts;
 
   if (ram_tier) DF_TRY(m->open_ram_tier(allocator, [&load](uint64_t n) { load.add(n); }));
-  if (m->plan_.rows_stream()) DF_TRY(m->open_row_tier());
+  // The per-layer embedding rows, where they stream (on CUDA: where the GPU's row cache reads them from RAM): a row
+  // cache of the RAM plan's rows, half of it warmed, or where that plan holds the whole table, a cache of every row
+  // filled on demand (the GPU's warm rows come through it).
+  if (cpu ? m->plan_.rows_stream() : gpu.rows) {
+    if (m->plan_.rows_stream())
+      DF_TRY(m->open_row_tier(m->plan_.row_slots, m->plan_.row_slots / 2));
+    else
+      DF_TRY(m->open_row_tier(uint32_t(f.tensors.ple_table->rows()), 0));
+  }
   DF_ASSIGN(std::unique_ptr<TensorReader> reader, TensorReader::open(f.records));
   if (o.progress) reader->set_progress([&load](uint64_t n) { load.add(n); });
   if (o.backend == Backend::kCuda) {
@@ -128,7 +137,7 @@ Status Model::open_ram_tier(io::HostAllocator* allocator, std::function<void(uin
   return {};
 }
 
-Status Model::open_row_tier() {
+Status Model::open_row_tier(uint32_t slots, uint32_t warm_rows) {
   const ModelFiles& f = *files_;
   const gguf::TensorInfo* t = f.tensors.ple_table;
   const auto& tables = f.records.tables();
@@ -139,8 +148,8 @@ Status Model::open_row_tier() {
   DF_ASSIGN(std::unique_ptr<cache::RowCache> rows,
             cache::RowCache::create(std::move(reader), {.file = fid, .table_offset = it->base,
                                                         .row_bytes = it->row_bytes, .rows = it->rows,
-                                                        .slots = plan_.row_slots}));
-  const std::vector<cache::RowRange> warm = warm_row_ranges(f.file, uint32_t(it->rows), plan_.row_slots / 2);
+                                                        .slots = slots}));
+  const std::vector<cache::RowRange> warm = warm_row_ranges(f.file, uint32_t(it->rows), warm_rows);
   DF_TRY(rows->warm(warm));
   row_tier_initial_bytes_ = rows->row_stats().bytes_loaded;
   rows->reset_stats();

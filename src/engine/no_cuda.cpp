@@ -8,7 +8,7 @@ Error no_cuda() { return Error{"this build has no CUDA backend (configure with -
 }  // namespace
 
 Result<std::unique_ptr<BackendModel>> open_cuda_backend(Model&, model::TensorSource&) { return no_cuda(); }
-Result<bool> cuda_streams_experts(const ModelFiles&, uint32_t, uint32_t, const GpuOptions&) { return no_cuda(); }
+Result<CudaStreams> cuda_streams(const ModelFiles&, uint32_t, uint32_t, const GpuOptions&) { return no_cuda(); }
 io::HostAllocator* cuda_host_allocator() { return nullptr; }
 
 }  // namespace df::engine

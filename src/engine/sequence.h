@@ -43,10 +43,14 @@ class BackendModel {
 Result<std::unique_ptr<BackendModel>> open_cpu_backend(Model& model, model::TensorSource& source);
 // CUDA: the weights uploaded through `source`, experts streamed under the GPU budget (CUDA builds only).
 Result<std::unique_ptr<BackendModel>> open_cuda_backend(Model& model, model::TensorSource& source);
-// Before the RAM tier is made: whether a CUDA run of this model streams its experts through the GPU (so the RAM
-// tier must hold them), and the host memory the RAM tier takes (pinned: copies to the GPU run as DMA).
-Result<bool> cuda_streams_experts(const ModelFiles& files, uint32_t n_ctx, uint32_t sessions,
-                                  const GpuOptions& options);
+// Before the RAM tiers are made: what a CUDA run of this model streams through the GPU, so that RAM holds it -- its
+// experts (in the RAM tier), its per-layer embedding rows (in a row cache) -- and the host memory the RAM tier takes
+// (pinned: copies to the GPU run as DMA).
+struct CudaStreams {
+  bool experts = false;
+  bool rows = false;
+};
+Result<CudaStreams> cuda_streams(const ModelFiles& files, uint32_t n_ctx, uint32_t sessions, const GpuOptions& options);
 io::HostAllocator* cuda_host_allocator();
 
 }  // namespace df::engine

@@ -92,7 +92,7 @@ TEST(Gemma4Engine, WarmRowsAreLowIdsAndSingleCharacterBlocks) {
   EXPECT_TRUE(engine::warm_row_ranges(none, rows, 0).empty());
 }
 
-TEST(Gemma4Engine, GpuPlanMovesThePerLayerTableToHostRamFirst) {
+TEST(Gemma4Engine, GpuPlanSendsThePerLayerTableThroughAGpuRowCacheFirst) {
   DF_REQUIRE_SHARED(e2b, "models/gemma4-e2b-q8_0.gguf");
   auto f = engine::open_model_files(e2b.string());
   ASSERT_TRUE(f.ok()) << f.error().message;
@@ -101,14 +101,31 @@ TEST(Gemma4Engine, GpuPlanMovesThePerLayerTableToHostRamFirst) {
   ASSERT_TRUE(all.ok()) << all.error().message;
   const uint64_t table = mf.tensors.ple_table->n_bytes;
   EXPECT_GE(all->resident.ple_table, table);
-  EXPECT_FALSE(all->ple_table_on_host);
-  // A budget short of the table's bytes: the table in pinned host RAM, everything else resident (a dense model).
-  auto less = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts,
-                             {.budget = all->total_bytes() - table / 2, .n_ctx = 256, .max_batch = 64});
+  EXPECT_EQ(all->ple_row_slots, 0u);
+  // A budget short of the table's bytes: its rows through a GPU row cache that takes what the budget leaves,
+  // everything else resident (a dense model).
+  const uint64_t rows = mf.tensors.ple_table->rows(), row_bytes = mf.tensors.ple_table->row_bytes();
+  const uint64_t budget = all->total_bytes() - table / 2;
+  auto less = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts, {.budget = budget, .n_ctx = 256, .max_batch = 64});
   ASSERT_TRUE(less.ok()) << less.error().message;
-  EXPECT_TRUE(less->ple_table_on_host);
-  EXPECT_EQ(less->resident.ple_table, 0u);
-  EXPECT_NE(less->describe().find("per-layer embeddings in pinned host RAM"), std::string::npos) << less->describe();
+  EXPECT_GT(less->ple_row_slots, 64u);
+  EXPECT_LT(less->ple_row_slots, rows);
+  EXPECT_GE(less->resident.ple_table, less->ple_row_slots * row_bytes + rows * 4);  // the slots and the id map
+  EXPECT_LE(less->total_bytes(), budget);
+  EXPECT_GT(less->total_bytes() + row_bytes + 512, budget) << "the rows take what the budget leaves";
+  EXPECT_NE(less->describe().find("per-layer embeddings through " + std::to_string(less->ple_row_slots) + " GPU rows"),
+            std::string::npos)
+      << less->describe();
+  EXPECT_EQ(less->to_json()["ple_row_slots"].get<uint32_t>(), less->ple_row_slots);
+  // Asked for: at least a batch's rows, with or without a budget.
+  auto asked = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts,
+                              {.budget = budget, .n_ctx = 256, .max_batch = 64, .row_slots = 10});
+  ASSERT_TRUE(asked.ok()) << asked.error().message;
+  EXPECT_EQ(asked->ple_row_slots, 64u);
+  auto unbudgeted = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts, {.n_ctx = 256, .max_batch = 64, .row_slots = 300});
+  ASSERT_TRUE(unbudgeted.ok()) << unbudgeted.error().message;
+  EXPECT_EQ(unbudgeted->ple_row_slots, 300u);
+  EXPECT_LT(unbudgeted->total_bytes(), all->total_bytes());
   // Less than the rest: refused with the numbers (dense models do not stream on the GPU).
   auto none = cuda::plan_gpu(mf.spec, mf.tensors, mf.layouts,
                              {.budget = less->total_bytes() / 2, .n_ctx = 256, .max_batch = 64});

@@ -152,14 +152,19 @@ inline uint64_t expect_gold_cases(engine::Model& gpu, engine::Model& cpu, const 
 // names), or the first MiB above it that a second measurement of the CUDA context accepts; nullptr (a failure) if
 // none up to 8 MiB above does. The budget it took into *accepted.
 inline std::unique_ptr<engine::Model> open_at_smallest_budget(const std::string& path, uint32_t n_ctx, uint64_t need,
-                                                              uint64_t* accepted = nullptr) {
+                                                              uint64_t* accepted = nullptr, engine::GpuOptions gpu = {}) {
+  std::string last;
   for (uint64_t budget = need; budget <= need + (8ull << 20); budget += 1ull << 20) {
-    auto r = engine::Model::open(path, {.n_ctx = n_ctx, .backend = engine::Backend::kCuda, .gpu = {.budget = budget}});
-    if (!r.ok()) continue;
+    gpu.budget = budget;
+    auto r = engine::Model::open(path, {.n_ctx = n_ctx, .backend = engine::Backend::kCuda, .gpu = gpu});
+    if (!r.ok()) {
+      last = r.error().message;
+      continue;
+    }
     if (accepted) *accepted = budget;
     return std::move(r).value();
   }
-  ADD_FAILURE() << path << ": no budget up to 8 MiB above " << need << " accepted";
+  ADD_FAILURE() << path << ": no budget up to 8 MiB above " << need << " accepted; the last refusal: " << last;
   return nullptr;
 }
 

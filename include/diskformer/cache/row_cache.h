@@ -76,6 +76,7 @@ class RowCache final : public RecordTier {
   TierStats stats() override;
   void reset_stats() override { stats_ = {}; if (lru_) lru_->stats() = CacheStats{}; }
 
+  const RowCacheOptions& options() const { return options_; }  // slots: as created (at most rows)
   int64_t slot_of(uint64_t id) const { return id < map_.size() ? map_[id] : -1; }
   const int32_t* slot_map() const { return map_.data(); }  // rows entries
   const uint8_t* slot_data(uint32_t slot) const { return memory_.data() + uint64_t(slot) * options_.row_bytes; }

@@ -17,6 +17,7 @@
 #include "diskformer/backend/cpu/kernels.h"
 #include "diskformer/backend/cpu/ops.h"
 #include "diskformer/backend/cpu/thread_pool.h"
+#include "diskformer/cache/row_cache.h"
 #include "diskformer/cache/tier.h"
 #include "diskformer/engine/model_files.h"
 #include "diskformer/engine/plan.h"
@@ -31,6 +32,9 @@ const char* backend_name(Backend b);  // "cpu", "cuda"
 struct GpuOptions {
   std::optional<uint64_t> budget;  // device memory in use at most, CUDA context included; nullopt: all resident
   std::optional<uint32_t> slots;   // GPU expert slots instead of what the budget leaves (at least 2 x n_used)
+  // A per-layer embedding table's rows through a GPU row cache of this many rows (at least max_batch), whatever the
+  // budget; nullopt: as the GPU plan decides.
+  std::optional<uint32_t> row_slots;
   uint32_t max_batch = 512;        // tokens per forward pass; under a budget the experts stream once per batch
   bool decode_graph = true;        // replay single-token steps from a captured CUDA graph
   bool grouped_experts = true;     // batches multiply the routed experts grouped by expert
@@ -71,6 +75,9 @@ struct ModelStats {
   // read from disk since open (warm-up not included) or the last reset.
   std::optional<cache::TierStats> rows;
   uint64_t streamed_row_bytes = 0;
+  // On CUDA, the table's GPU row cache where its rows stream: lookups and the bytes copied to the GPU.
+  std::optional<cache::TierStats> gpu_rows;
+  uint32_t gpu_row_slots = 0;
   uint64_t bytes_from_disk() const { return resident_bytes_read + streamed_bytes_read + streamed_row_bytes; }
 };
 
@@ -97,7 +104,7 @@ class Model {
   // The RAM tier of streamed records (experts, or dense layers); nullptr where nothing streams through RAM.
   cache::RecordTier* ram_tier() { return ram_tier_.get(); }
   // The row cache of the per-layer embedding table (record (0, token id)); nullptr where the table is resident.
-  cache::RecordTier* row_tier() { return row_tier_.get(); }
+  cache::RowCache* row_tier() { return row_tier_.get(); }
   // One line each: where the weights are (RAM plan; on CUDA also the GPU's residency).
   std::string describe() const;
   ModelStats stats();
@@ -107,7 +114,8 @@ class Model {
  private:
   Model() = default;
   Status open_ram_tier(io::HostAllocator* allocator, std::function<void(uint64_t)> on_load);
-  Status open_row_tier();
+  // The per-layer embedding table's row cache: `slots` rows, `warm` of them loaded now.
+  Status open_row_tier(uint32_t slots, uint32_t warm);
 
   ModelOptions options_;
   std::unique_ptr<ModelFiles> files_;
@@ -117,7 +125,7 @@ class Model {
   cpu::Context ctx_;
   std::unique_ptr<cache::RecordTier> ram_tier_;
   uint64_t ram_tier_initial_bytes_ = 0;
-  std::unique_ptr<cache::RecordTier> row_tier_;
+  std::unique_ptr<cache::RowCache> row_tier_;
   uint64_t row_tier_initial_bytes_ = 0;  // the warm-up's reads
   std::unique_ptr<BackendModel> backend_;
 };

@@ -73,9 +73,14 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
 // A block per output row; each thread dequantizes whole 32-blocks (quantized types) or single elements.
 template <GgmlType T>
 __global__ void get_rows_kernel(const uint8_t* __restrict__ table, int64_t rows, int64_t cols, uint64_t row_bytes,
-                                const int32_t* __restrict__ ids, float* __restrict__ out) {
-  const int32_t id = ids[blockIdx.x];
-  if (id < 0 || id >= rows) __trap();  // token ids are validated on the host before upload
+                                const int32_t* __restrict__ ids, const int32_t* __restrict__ slot_of, int64_t n_ids,
+                                float* __restrict__ out) {
+  int32_t id = ids[blockIdx.x];
+  if (slot_of) {
+    if (id < 0 || id >= n_ids) __trap();  // token ids are validated on the host before upload
+    id = slot_of[id];                     // present: the row cache's prepare() ran first
+  }
+  if (id < 0 || id >= rows) __trap();
   const uint8_t* r = table + uint64_t(id) * row_bytes;
   float* o = out + int64_t(blockIdx.x) * cols;
   if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q8_0) {
@@ -158,6 +163,7 @@ void get_rows(const GetRowsArgs& a) {
   const model::Mat& w = a.table;
   DF_CHECK(w.data != nullptr && matmul_type_supported(w.type) && w.rows > 0 && w.cols > 0);
   DF_CHECK(a.ids != nullptr && a.out != nullptr && a.n >= 0 && a.n <= 0x7fffffff);
+  DF_CHECK(a.slot_of == nullptr || a.n_ids > 0);
   if (w.type == GgmlType::Q4_0 || w.type == GgmlType::Q8_0) DF_CHECK(w.cols % dev::kQK == 0);
   if (kq::piece_type(w.type)) DF_CHECK(w.cols % kq::block_elems(w.type) == 0);
   DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 2 == 0 && w.row_bytes % 2 == 0);
@@ -166,7 +172,8 @@ void get_rows(const GetRowsArgs& a) {
   switch (w.type) {
 #define DF_GET_ROWS_CASE(T)                                                                                     \
   case T:                                                                                                       \
-    get_rows_kernel<T><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.out); \
+    get_rows_kernel<T><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids, a.slot_of, \
+                                                        a.n_ids, a.out);                                       \
     break;
     DF_GET_ROWS_CASE(GgmlType::Q4_0)
     DF_GET_ROWS_CASE(GgmlType::Q8_0)
@@ -186,7 +193,7 @@ void get_rows(const GetRowsArgs& a) {
     default:
       DF_CHECK(reinterpret_cast<uintptr_t>(w.data) % 4 == 0 && w.row_bytes % 4 == 0);
       get_rows_kernel<GgmlType::F32><<<grid, kThreads, 0, a.stream>>>(w.data, w.rows, w.cols, w.row_bytes, a.ids,
-                                                                      a.out);
+                                                                      a.slot_of, a.n_ids, a.out);
       break;
   }
   DF_CUDA_CHECK_LAUNCH();

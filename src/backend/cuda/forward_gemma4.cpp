@@ -39,8 +39,15 @@ void Gemma4Forward::per_layer_inputs(int64_t n) {
   const int64_t E = s.n_embd, P = s.n_embd_per_layer, LP = int64_t(s.n_layer) * P;
   float* rows = at<float>(Buf::ple_rows);
   float* pl = at<float>(Buf::ple);
-  // The table's rows (in device memory or read from pinned host RAM), scaled by sqrt(P).
-  get_rows({.table = w.ple_table(), .ids = at<int32_t>(Buf::tok), .n = n, .out = rows, .stream = m_.stream});
+  // The table's rows (resident, or the row cache's slots through its id map), scaled by sqrt(P).
+  if (const cache::DeviceRowCache* c = m_.ple_rows) {
+    const model::Mat slots{.type = w.ple_table().type, .data = c->slot_data(), .cols = w.ple_table().cols,
+                           .rows = int64_t(c->slots()), .row_bytes = w.ple_table().row_bytes};
+    get_rows({.table = slots, .ids = at<int32_t>(Buf::tok), .slot_of = c->slot_map(), .n_ids = int64_t(c->rows()),
+              .n = n, .out = rows, .stream = m_.stream});
+  } else {
+    get_rows({.table = w.ple_table(), .ids = at<int32_t>(Buf::tok), .n = n, .out = rows, .stream = m_.stream});
+  }
   scale({.x = rows, .n = n * LP, .s = std::sqrt(float(P)), .stream = m_.stream});
   // The projection of the scaled embedding by 1 / sqrt(E), normed per layer, plus the rows, by 1 / sqrt(2).
   product(w.ple_model_proj(), at<float>(Buf::x), n, pl);

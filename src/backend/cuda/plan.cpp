@@ -38,8 +38,10 @@ std::string itemize(const GpuPlan& p) {
   s += ", " + item("attention", r.attention) + ", " + item("norms", r.norms);
   if (r.routers) s += ", " + item("routers", r.routers);
   if (r.dense_ffn) s += ", " + item("dense FFN", r.dense_ffn);
-  if (p.ple_table_on_host) s += ", per-layer embeddings in pinned host RAM";
-  else if (r.ple_table) s += ", " + item("per-layer embeddings", r.ple_table);
+  if (p.ple_row_slots)
+    s += ", per-layer embeddings through " + std::to_string(p.ple_row_slots) + " GPU rows " + format_size(r.ple_table);
+  else if (r.ple_table)
+    s += ", " + item("per-layer embeddings", r.ple_table);
   s += ", KV cache " + format_size(r.kv_cache) + " at " + std::to_string(p.n_ctx) + " positions";
   if (r.recurrent) s += ", " + item("recurrent state", r.recurrent);
   s += ", work buffers " +
@@ -112,12 +114,29 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   p.n_records = uint32_t(records);
   p.min_slots = spec.moe() ? 2 * spec.n_expert_used : 0;
   p.slots = p.n_records;  // all resident until the budget says otherwise
+  // A row of every layer per token: the first table to leave the GPU, for a row cache of the rows asked for, or
+  // what a dense model's budget leaves (nothing else of it streams), or kGpuRowSlots; at least a batch's ids.
+  auto stream_rows = [&](std::optional<uint64_t> budget) {
+    const uint64_t rows = t.ple_table->rows(), row_bytes = t.ple_table->row_bytes();
+    const uint64_t map = align256(rows * 4);
+    r.ple_table = map;
+    uint64_t n = kGpuRowSlots;
+    if (o.row_slots) {
+      n = *o.row_slots;
+    } else if (!spec.moe() && budget) {
+      const uint64_t rest = p.total_bytes();
+      n = *budget > rest ? (*budget - rest) / row_bytes : 0;
+    }
+    n = std::clamp<uint64_t>(n, std::min<uint64_t>(rows, o.max_batch), rows);
+    p.ple_row_slots = uint32_t(n);
+    r.ple_table = align256(n * row_bytes) + map;
+  };
+  if (r.ple_table && o.row_slots) stream_rows(o.budget);
   if (!o.budget || *o.budget >= p.total_bytes()) return p;
 
   const uint64_t budget = *o.budget;
-  if (r.ple_table) {  // a row of every layer per token: the first table to leave the GPU
-    p.ple_table_on_host = true;
-    r.ple_table = 0;
+  if (r.ple_table && !p.ple_row_slots) {
+    stream_rows(budget);
     if (budget >= p.total_bytes()) return p;
   }
   if (spec.moe() && t.output != t.token_embd) {
@@ -174,7 +193,7 @@ nlohmann::json GpuPlan::to_json() const {
           {"n_records", n_records},
           {"min_slots", min_slots},
           {"token_embd_on_host", token_embd_on_host},
-          {"ple_table_on_host", ple_table_on_host},
+          {"ple_row_slots", ple_row_slots},
           {"slots", slots},
           {"pool_bytes", pool_bytes()},
           {"resident_fraction", resident_fraction()},

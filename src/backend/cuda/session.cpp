@@ -135,6 +135,7 @@ Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_
       staging_[t] = tokens[b0 + t];
       staging_[m + t] = int32_t(n_past_ + t);
     }
+    if (model_.ple_rows) DF_TRY(model_.ple_rows->prepare(std::span<const int32_t>(staging_.data(), size_t(m))));
     DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::tok)].data(), staging_.data(), m * 4, cudaMemcpyHostToDevice,
                                   stream));
     DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::pos)].data(), staging_.data() + m, m * 4, cudaMemcpyHostToDevice,

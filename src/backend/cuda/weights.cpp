@@ -97,12 +97,12 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
   const bool embd_on_host = o.token_embd_on_host && !tied;
   // Tensors read by the GPU from pinned host RAM.
   auto on_host = [&](const gguf::TensorInfo* ti) {
-    return (embd_on_host && ti == t.token_embd) || (o.ple_table_on_host && ti == t.ple_table);
+    return embd_on_host && ti == t.token_embd;
   };
   add(t.token_embd, &g->token_embd_, true);
   add(t.output_norm, &g->output_norm_, false);
   if (!tied) add(t.output, &g->output_, true);
-  add(t.ple_table, &g->ple_table_, true);
+  if (!o.ple_table_streamed) add(t.ple_table, &g->ple_table_, true);
   add(t.ple_model_proj, &g->ple_model_proj_, true);
   add(t.ple_proj_norm, &g->ple_proj_norm_, false);
   add(t.rope_freqs, &g->rope_freqs_, false);
@@ -129,11 +129,13 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
     add(lt.gate_inp_shexp, &l.gate_inp_shexp, true), add(lt.gate_shexp, &l.gate_shexp, true);
     add(lt.up_shexp, &l.up_shexp, true), add(lt.down_shexp, &l.down_shexp, true);
   }
-  // Every type checked before a byte is read, the streamed experts' too (the kernels read them from the GPU tier).
+  // Every type checked before a byte is read, the streamed experts' and rows' too (the kernels read them from the
+  // GPU's caches).
   if (!g->experts_resident_)
     for (const model::LayerTensors& lt : t.layers)
       for (const gguf::TensorInfo* e : {lt.gate_exps, lt.up_exps, lt.down_exps, lt.gate_up_exps})
         if (e) list.push_back({e, nullptr, 0, true});
+  if (o.ple_table_streamed && t.ple_table) list.push_back({t.ple_table, nullptr, 0, true});
   for (const Upload& u : list) {
     if (u.matrix && !matmul_type_supported(u.t->type))
       return Error{u.t->name + ": weight type " + std::string(gguf::type_name(u.t->type)) +
@@ -177,6 +179,7 @@ Result<std::unique_ptr<GpuWeights>> GpuWeights::upload(const model::ModelSpec& s
                              cudaMemcpyDeviceToHost));
   }
   if (tied) g->output_ = g->token_embd_;
+  if (o.ple_table_streamed && t.ple_table) g->ple_table_ = model::mat_of(*t.ple_table, nullptr);
   // One expert of each stacked tensor, and the stride to the next; a fused gate_up expert's two halves.
   if (g->experts_resident_)
     for (uint32_t il = 0; il < spec.n_layer; ++il) {

@@ -9,10 +9,12 @@
 #include "diskformer/backend/cuda/device_sampler.h"
 #include "diskformer/backend/cuda/plan.h"
 #include "diskformer/backend/cuda/session.h"
+#include "diskformer/cache/cuda/device_rows.h"
 #include "diskformer/cache/cuda/device_tier.h"
 #include "diskformer/cudart/check.h"
 #include "diskformer/cudart/devices.h"
 #include "diskformer/cudart/pinned.h"
+#include "diskformer/engine/row_warmup.h"
 #include "diskformer/util/check.h"
 #include "diskformer/util/size.h"
 #include "engine/sequence.h"
@@ -31,7 +33,8 @@ Result<cuda::GpuPlan> plan(const ModelFiles& f, uint32_t n_ctx, uint32_t session
   DF_CUDA_CHECK(cudaFree(nullptr));  // creates the context, so that it is counted
   DF_ASSIGN(cuda::GpuPlan p, cuda::plan_gpu(f.spec, f.tensors, f.layouts,
                                             {.budget = o.budget, .n_ctx = n_ctx, .max_batch = o.max_batch,
-                                             .sessions = sessions, .context_bytes = cuda::device_memory_used()}));
+                                             .sessions = sessions, .context_bytes = cuda::device_memory_used(),
+                                             .row_slots = o.row_slots}));
   const uint64_t device = cuda::query_devices().total_bytes;
   if (!o.budget && device && p.total_bytes() > device)
     return Error{"the GPU's " + format_size(device) + " cannot hold this model at -c " + std::to_string(n_ctx) + ": " +
@@ -71,6 +74,7 @@ class CudaBackend final : public BackendModel {
   explicit CudaBackend(Model& m) : m_(m) {}
   ~CudaBackend() override {
     tier_.reset();
+    rows_.reset();
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -84,11 +88,12 @@ class CudaBackend final : public BackendModel {
     const bool stream = plan_.stream_experts || (o.slots && f.spec.moe());
     DF_ASSIGN(weights_, cuda::GpuWeights::upload(f.spec, f.tensors, source,
                                                  {.experts = !stream, .token_embd_on_host = plan_.token_embd_on_host,
-                                                  .ple_table_on_host = plan_.ple_table_on_host}));
+                                                  .ple_table_streamed = plan_.ple_row_slots > 0}));
     DF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gpu_.spec = f.spec;
     gpu_.weights = weights_.get();
     gpu_.stream = stream_;
+    if (plan_.ple_row_slots) DF_TRY(open_rows());
     if (stream) DF_TRY(open_tier());
     return {};
   }
@@ -103,7 +108,10 @@ class CudaBackend final : public BackendModel {
 
   std::string describe() const override {
     std::string s = "GPU " + device_name_ + ": " + format_size(weights_->device_bytes()) + " of weights";
-    if (!tier_) return s + ", every weight resident";
+    if (rows_)
+      s += ", per-layer embeddings through " + std::to_string(rows_->slots()) + " GPU rows of " +
+           format_size(rows_->row_bytes()) + " (" + std::to_string(rows_->warm_slots()) + " warm)";
+    if (!tier_) return s + (rows_ ? ", every other weight resident" : ", every weight resident");
     const model::ModelSpec& sp = m_.spec();
     const uint64_t n = uint64_t(sp.n_layer) * sp.n_expert;
     char pct[32];
@@ -114,17 +122,24 @@ class CudaBackend final : public BackendModel {
     if (plan_.token_embd_on_host) s += ", token embeddings in pinned host RAM";
     return s;
   }
-  uint64_t bytes_read_at_open() const override { return weights_->bytes_read(); }
+  uint64_t bytes_read_at_open() const override { return weights_->bytes_read() + rows_warm_bytes_; }
   void add_stats(ModelStats& s) override {
+    if (rows_) {
+      s.gpu_rows = rows_->stats();
+      s.gpu_row_slots = rows_->slots();
+    }
     if (!tier_) return;
     s.gpu = tier_->stats();
     s.gpu_slots = tier_->slots();
   }
   void reset_stats() override {
     if (tier_) tier_->reset_stats();
+    if (rows_) rows_->reset_stats();
   }
 
-  uint64_t device_bytes() const { return weights_->device_bytes() + (tier_ ? tier_->device_bytes() : 0); }
+  uint64_t device_bytes() const {
+    return weights_->device_bytes() + (tier_ ? tier_->device_bytes() : 0) + (rows_ ? rows_->device_bytes() : 0);
+  }
   const std::string& device_name() const { return device_name_; }
   uint32_t n_vocab() const { return m_.spec().n_vocab; }
 
@@ -142,6 +157,29 @@ class CudaBackend final : public BackendModel {
     const bool cpu = o.cpu_experts.value_or(cuda::cpu_experts_round_alike(m_.files().layouts));
     gpu_.streamed = cuda::StreamedExperts{.gpu = tier_.get(), .ram = m_.ram_tier(), .layouts = &m_.files().layouts,
                                           .cpu = cpu ? &m_.context() : nullptr, .prefetch = o.prefetch};
+    return {};
+  }
+
+  // The per-layer embedding table's GPU row cache over the model's RAM row cache, half of it (leaving a batch's rows)
+  // warmed with the ids real text uses most.
+  Status open_rows() {
+    cache::RowCache* host = m_.row_tier();
+    if (!host)  // the plan before the RAM caches kept the table resident: a budget at the edge, measured twice
+      return Error{"--gpu-budget " + format_size(*m_.options().gpu.budget) +
+                   " lies at the edge of holding the per-layer embedding table; a little more or less decides it"};
+    const uint32_t slots = plan_.ple_row_slots, batch = std::min(m_.options().gpu.max_batch, m_.n_ctx());
+    const uint64_t rows = host->options().rows;
+    const uint32_t warm = slots > batch ? std::min(slots / 2, slots - batch) : 0;
+    DF_ASSIGN(rows_, cache::DeviceRowCache::create(
+                         *host, {.slots = slots,
+                                 .max_batch = batch,
+                                 .warm = warm_row_ranges(m_.files().file, rows, std::min<uint64_t>(warm, rows)),
+                                 .consumer = stream_}));
+    // The warm rows' reads are the open's; the RAM cache then counts only what the GPU misses.
+    rows_warm_bytes_ = host->row_stats().bytes_loaded;
+    host->reset_stats();
+    rows_->reset_stats();
+    gpu_.ple_rows = rows_.get();
     return {};
   }
 
@@ -183,10 +221,12 @@ class CudaBackend final : public BackendModel {
   cuda::GpuPlan plan_;
   std::unique_ptr<cuda::GpuWeights> weights_;
   std::unique_ptr<cache::DeviceTier> tier_;
+  std::unique_ptr<cache::DeviceRowCache> rows_;
   cudaStream_t stream_ = nullptr;
   cuda::GpuModel gpu_;
   std::string device_name_;
   uint64_t used_resident_ = 0;
+  uint64_t rows_warm_bytes_ = 0;  // read from disk into the RAM row cache for the GPU's warm rows
 };
 
 int32_t CudaSequence::next_token(sampling::Sampler& sampler, std::span<const int32_t> history) {
@@ -206,14 +246,15 @@ SessionStats CudaSequence::stats() {
 
 }  // namespace
 
-Result<bool> cuda_streams_experts(const ModelFiles& files, uint32_t n_ctx, uint32_t sessions,
-                                  const GpuOptions& options) {
-  if (!files.spec.moe()) return false;
-  if (options.slots) return true;
+Result<CudaStreams> cuda_streams(const ModelFiles& files, uint32_t n_ctx, uint32_t sessions,
+                                 const GpuOptions& options) {
+  const bool moe = files.spec.moe(), table = files.tensors.ple_table != nullptr;
+  if (!moe && !table) return CudaStreams{};
+  if (options.slots && !table) return CudaStreams{.experts = true};
   const auto dev = cuda::query_devices();
   if (dev.count == 0) return Error{"--backend cuda: no CUDA device (" + dev.why_none + ")"};
   DF_ASSIGN(const cuda::GpuPlan p, plan(files, n_ctx, sessions, options));
-  return p.stream_experts;
+  return CudaStreams{.experts = moe && (p.stream_experts || options.slots), .rows = p.ple_row_slots > 0};
 }
 
 io::HostAllocator* cuda_host_allocator() { return &cuda::pinned_host_allocator(); }

@@ -310,10 +310,13 @@ struct MoeCombineArgs {
 };
 void moe_combine(const MoeCombineArgs& a);
 
-// out[i] = row ids[i] of the table, dequantized (cpu::get_row).
+// out[i] = row ids[i] of the table, dequantized (cpu::get_row); with slot_of, row slot_of[ids[i]] of a row cache's
+// slots (cache/cuda/device_rows.h), which must hold every id asked for.
 struct GetRowsArgs {
   model::Mat table;
-  const int32_t* ids = nullptr;  // [n] (device), each < table.rows
+  const int32_t* ids = nullptr;  // [n] (device), each < table.rows (with slot_of: < n_ids)
+  const int32_t* slot_of = nullptr;  // [n_ids] (device): the slot of each id, -1 absent; nullptr: ids are rows
+  int64_t n_ids = 0;
   int64_t n = 0;
   float* out = nullptr;          // [n][table.cols]
   cudaStream_t stream = nullptr;

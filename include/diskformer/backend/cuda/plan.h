@@ -3,6 +3,7 @@
 // (buffers.h) and the tier's slot layout (cache/planes.h): the engine allocates by the same two.
 //
 //   resident = CUDA context reserve + token embeddings (or none: rows read from pinned host RAM) + output head
+//              + a per-layer embedding table (or a GPU row cache of its rows under a budget)
 //              + every layer's attention (a hybrid's DeltaNet layers), norms and router (+ dense FFNs of dense
 //              models, a hybrid's shared experts) + a session's buffers (KV cache and recurrent state included)
 //              + a margin
@@ -38,6 +39,8 @@ namespace df::cuda {
 constexpr uint64_t kGpuContextBytes = 512ull << 20;
 // Slack for the driver rounding the session's buffers to its pages, and the streaming engine's small tables.
 constexpr uint64_t kGpuMarginBytes = 32ull << 20;
+// A mixture of experts' per-layer embedding rows on the GPU where its table streams: its experts take the rest.
+constexpr uint32_t kGpuRowSlots = 4096;
 
 // Whether the CPU's products of every routed expert round their activations as this backend's kernels do (blocks of
 // 32 with one scale: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, and the float types), so that experts computed on the CPU
@@ -52,6 +55,10 @@ struct GpuPlanOptions {
   uint32_t max_batch = 512;        // tokens per forward pass
   uint32_t sessions = 1;           // sessions open at once (the server's --parallel), each with its own buffers
   uint64_t context_bytes = kGpuContextBytes;
+  // The per-layer embedding table through a GPU row cache of this many rows (at least max_batch), whatever the
+  // budget; nullopt: the table resident where the budget holds it, else a row cache of what a dense model's budget
+  // leaves, or kGpuRowSlots rows for a mixture of experts.
+  std::optional<uint32_t> row_slots;
 };
 
 // The resident part, itemized. Weight items are tensor bytes as the GPU stores them (rows x row_bytes), each rounded
@@ -66,7 +73,8 @@ struct GpuResident {
   uint64_t routers = 0;     // ffn_gate_inp of every MoE layer ([n_expert] x [n_embd]), a shared expert's gate
   uint64_t dense_ffn = 0;   // ffn_gate, ffn_up, ffn_down of dense layers; a hybrid's shared experts (gemma4: every
                             // layer's, and the per-layer input gate, projections and the model's per-layer projection)
-  uint64_t ple_table = 0;   // gemma4's per-layer embedding table [n_vocab] x [n_layer * n_embd_per_layer]
+  uint64_t ple_table = 0;   // gemma4's per-layer embedding table [n_vocab] x [n_layer * n_embd_per_layer], or its
+                            // GPU row cache: ple_row_slots rows + the id map [n_vocab] int32
   uint64_t kv_cache = 0;    // f16, per layer with a cache of its own [n_ctx][kv_dim_k + kv_dim_v], for each session
   uint64_t recurrent = 0;   // a hybrid's DeltaNet state and its copy inside a batch (buffers.h), for each session
   uint64_t work = 0;        // each session's other buffers at max_batch (buffers.h)
@@ -91,9 +99,10 @@ struct GpuPlan {
   // Streaming with an untied output head: the token embeddings stay in pinned host RAM (a token's row is read from
   // there; resident.token_embd is 0). A tied head reads every row every token, so they stay on the GPU.
   bool token_embd_on_host = false;
-  // A budget below the all-resident plan: gemma4's per-layer embedding table stays in pinned host RAM (a token's row
-  // of every layer is read from there; resident.ple_table is 0).
-  bool ple_table_on_host = false;
+  // A budget below the all-resident plan: gemma4's per-layer embedding table stays on disk and its rows go through a
+  // GPU row cache of this many rows (cache/cuda/device_rows.h; resident.ple_table counts its slots and id map).
+  // 0: the table resident.
+  uint32_t ple_row_slots = 0;
 
   uint64_t pool_bytes() const { return stream_experts ? uint64_t(slots) * record_bytes : experts_bytes; }
   uint64_t total_bytes() const { return resident.total() + pool_bytes(); }

@@ -20,6 +20,7 @@
 #include "diskformer/backend/cpu/ops.h"
 #include "diskformer/backend/cuda/buffers.h"
 #include "diskformer/backend/cuda/weights.h"
+#include "diskformer/cache/cuda/device_rows.h"
 #include "diskformer/cache/cuda/device_tier.h"
 #include "diskformer/cache/tier.h"
 #include "diskformer/cudart/buffer.h"
@@ -44,6 +45,9 @@ struct GpuModel {
   model::ModelSpec spec;
   const GpuWeights* weights = nullptr;
   std::optional<StreamedExperts> streamed;  // nullopt: every expert resident in weights
+  // The per-layer embedding table's rows where they stream (weights holds no table then); each batch's rows are
+  // made present before its forward pass.
+  cache::DeviceRowCache* ple_rows = nullptr;
   cudaStream_t stream = nullptr;            // every session's compute stream
 };
 
@@ -69,7 +73,8 @@ class GpuSession {
 
   // Runs tokens after the n_past() cached positions (in batches of max_batch). all_logits keeps the logits of every
   // token of this call ([n][n_vocab] in logits()), otherwise only the last token's. Errors: context overflow, a
-  // token outside the vocabulary (nothing is run then), a failed read of a streamed expert (the batch is not kept).
+  // token outside the vocabulary (nothing is run then), a failed read of a streamed expert or row (the batch is not
+  // kept).
   Status eval(std::span<const int32_t> tokens, bool all_logits = false);
   // The logits of the last eval, copied from the device on first use.
   std::span<const float> logits();

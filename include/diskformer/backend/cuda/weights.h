@@ -38,8 +38,9 @@ struct UploadOptions {
   // Token embedding rows read by the GPU from pinned host RAM instead of device memory (an untied head only: a tied
   // one reads every row every token).
   bool token_embd_on_host = false;
-  // gemma4's per-layer embedding table likewise (one row of every token a step, far fewer bytes than its size).
-  bool ple_table_on_host = false;
+  // gemma4's per-layer embedding table not uploaded: its rows stream through a GPU row cache (device_rows.h), and
+  // ple_table() keeps its shape and type without data.
+  bool ple_table_streamed = false;
   uint64_t staging_bytes = 64ull << 20;  // pinned RAM the copies go through, in two halves
 };
 
@@ -53,8 +54,8 @@ class GpuWeights {
   const model::Mat& token_embd() const { return token_embd_; }
   const model::Mat& output() const { return output_; }  // token_embd's bytes when tied
   const float* output_norm() const { return output_norm_.f32(); }
-  // gemma4: the per-layer embedding table (device or mapped host rows), its projection and norm; the full layers'
-  // RoPE frequency divisors on the device and on the host (for the RoPE table).
+  // gemma4: the per-layer embedding table (no data where its rows stream), its projection and norm; the full
+  // layers' RoPE frequency divisors on the device and on the host (for the RoPE table).
   const model::Mat& ple_table() const { return ple_table_; }
   const model::Mat& ple_model_proj() const { return ple_model_proj_; }
   const float* ple_proj_norm() const { return ple_proj_norm_.f32(); }
