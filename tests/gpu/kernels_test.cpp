@@ -209,7 +209,8 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaMoeMatmul,
 // so each output is within 3 ulp.
 TEST(CudaKernels, RmsNormMatchesCpu) {
   DF_REQUIRE_GPU();
-  for (int64_t cols : {64, 2048, 4000}) {
+  // Rows a thread holds 4 or 16 elements of (to 1,024 and 4,096 columns), and longer rows looped over.
+  for (int64_t cols : {64, 1024, 1056, 2048, 4000, 4096, 5000}) {
     const int64_t rows = 7;
     auto x = random_floats(rows * cols, 21, -4.0f, 4.0f);
     auto wt = random_floats(cols, 22, 0.5f, 1.5f);

@@ -13,24 +13,64 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The normed value of element x with the row's scale, the extra factor s and weight value w (where weighted).
+__device__ __forceinline__ float rms_value(float x, float scale, float s, float w, bool weighted) {
+  float v = __fmul_rn(x, scale);
+  if (s != 1.0f) v = __fmul_rn(v, s);
+  return weighted ? __fmul_rn(v, w) : v;
+}
+
+// What add_to's element a becomes: a + v, then scaled.
+__device__ __forceinline__ float added(float a, float v, const float* then_scale) {
+  return then_scale ? __fmul_rn(__fadd_rn(a, v), *then_scale) : __fadd_rn(a, v);
+}
+
+// A block per row. kPer > 0: a row of at most kPer * kThreads columns, each thread's elements (and their weights)
+// loaded together before the scale's reduction, so that a decode step's norm waits for memory once rather than once
+// per element in turn; the same squares summed in the same order as the loop (kPer 0) over longer rows.
+template <int kPer>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* x, const float* __restrict__ weight, float* y,
                                                             int64_t cols, float eps, float s, float* add_to,
                                                             const float* then_scale) {
   dev::allow_next();
-  dev::wait_prior();
-  const float* xr = x + int64_t(blockIdx.x) * cols;
-  float* yr = y ? y + int64_t(blockIdx.x) * cols : nullptr;
-  const float scale = dev::block_rms_scale<kThreads>(xr, cols, eps);
-  for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
-    float v = __fmul_rn(xr[i], scale);
-    if (s != 1.0f) v = __fmul_rn(v, s);
-    if (weight) v = __fmul_rn(v, weight[i]);
-    if (add_to == nullptr) {
-      yr[i] = v;
-      continue;
+  const int64_t row = int64_t(blockIdx.x) * cols;
+  float* yr = y ? y + row : nullptr;
+  float* ar = add_to ? add_to + row : nullptr;
+  if constexpr (kPer > 0) {
+    float wv[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {  // the weights are the model's: read before the prior kernel ends
+      const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+      wv[k] = weight && i < cols ? weight[i] : 1.0f;
     }
-    float& a = add_to[int64_t(blockIdx.x) * cols + i];
-    a = then_scale ? __fmul_rn(__fadd_rn(a, v), *then_scale) : __fadd_rn(a, v);
+    dev::wait_prior();
+    const float* xr = x + row;
+    float xv[kPer], av[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+      xv[k] = i < cols ? xr[i] : 0.0f;
+      av[k] = ar && i < cols ? ar[i] : 0.0f;
+    }
+    // Its barrier also orders every read above before the writes below where y or add_to is x.
+    const float scale = dev::block_rms_scale<kThreads>(xv, cols, eps);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+      if (i >= cols) break;
+      const float v = rms_value(xv[k], scale, s, wv[k], weight != nullptr);
+      if (ar) ar[i] = added(av[k], v, then_scale);
+      else yr[i] = v;
+    }
+  } else {
+    dev::wait_prior();
+    const float* xr = x + row;
+    const float scale = dev::block_rms_scale<kThreads>(xr, cols, eps);
+    for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
+      const float v = rms_value(xr[i], scale, s, weight ? weight[i] : 1.0f, weight != nullptr);
+      if (ar) ar[i] = added(ar[i], v, then_scale);
+      else yr[i] = v;
+    }
   }
 }
 
@@ -41,8 +81,16 @@ void rms_norm(const RmsNormArgs& a) {
   DF_CHECK(a.then_scale == nullptr || a.add_to != nullptr);
   DF_CHECK(a.n_rows >= 0 && a.n_rows <= 0x7fffffff && a.cols > 0);
   if (a.n_rows == 0) return;
-  launch_early(rms_norm_kernel, dim3(unsigned(a.n_rows)), dim3(kThreads), 0, a.stream, a.x, a.weight, a.y, a.cols,
-               a.eps, a.scale, a.add_to, a.then_scale);
+  const dim3 grid(unsigned(a.n_rows));
+  if (a.cols <= 4 * kThreads)
+    launch_early(rms_norm_kernel<4>, grid, dim3(kThreads), 0, a.stream, a.x, a.weight, a.y, a.cols, a.eps, a.scale,
+                 a.add_to, a.then_scale);
+  else if (a.cols <= 16 * kThreads)
+    launch_early(rms_norm_kernel<16>, grid, dim3(kThreads), 0, a.stream, a.x, a.weight, a.y, a.cols, a.eps, a.scale,
+                 a.add_to, a.then_scale);
+  else
+    launch_early(rms_norm_kernel<0>, grid, dim3(kThreads), 0, a.stream, a.x, a.weight, a.y, a.cols, a.eps, a.scale,
+                 a.add_to, a.then_scale);
 }
 
 }  // namespace df::cuda
