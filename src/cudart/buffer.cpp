@@ -32,15 +32,24 @@ DeviceBuffer::DeviceBuffer(uint64_t bytes) : bytes_(bytes) {
   DF_CUDA_CHECK(cudaMalloc(&data_, bytes ? bytes : 1));
 }
 
+DeviceBuffer DeviceBuffer::borrow(const DeviceBuffer& owner) {
+  DeviceBuffer b;
+  b.data_ = owner.data_;
+  b.bytes_ = owner.bytes_;
+  b.owned_ = false;
+  return b;
+}
+
 DeviceBuffer::~DeviceBuffer() {
-  if (data_) cudaFree(data_);  // no check: a destructor during an abort must not abort again
+  if (data_ && owned_) cudaFree(data_);  // no check: a destructor during an abort must not abort again
 }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (data_) cudaFree(data_);
+    if (data_ && owned_) cudaFree(data_);
     data_ = std::exchange(o.data_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
+    owned_ = o.owned_;
   }
   return *this;
 }

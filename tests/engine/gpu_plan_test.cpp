@@ -270,6 +270,23 @@ TEST(GpuPlan, ContextAndBatchCostSlots) {
   EXPECT_GT(small_batch.slots, short_ctx.slots);
 }
 
+// Sessions (the server's --parallel) each hold a KV cache, RoPE table and logits, and share one set of work buffers.
+TEST(GpuPlan, SessionsShareTheirWorkBuffers) {
+  Bound b{qwen3_30b_header()};
+  ASSERT_NO_FATAL_FAILURE(bind(b));
+  for (std::optional<uint64_t> budget : {std::optional<uint64_t>{}, std::optional<uint64_t>(4ull << 30)}) {
+    const GpuPlan one = plan_ok(b, {.budget = budget, .n_ctx = 1024, .max_batch = 64});
+    const GpuPlan four = plan_ok(b, {.budget = budget, .n_ctx = 1024, .max_batch = 64, .sessions = 4});
+    EXPECT_EQ(four.resident.kv_cache, 4 * one.resident.kv_cache);
+    const cuda::BufferTable t =
+        cuda::session_buffers(b.spec, {.n_ctx = 1024, .max_batch = 64, .streams_experts = budget.has_value()});
+    const uint64_t own_rest = t.own() - t[cuda::Buf::k_cache] - t[cuda::Buf::v_cache];
+    EXPECT_EQ(one.resident.work, t.shared() + own_rest);
+    EXPECT_EQ(four.resident.work, one.resident.work + 3 * own_rest);
+    EXPECT_LT(own_rest, t.shared() / 4) << "a session's own rest is its RoPE table and logits";
+  }
+}
+
 // The shared qwen3moe models: the weights the GPU holds are the file's tensors, and the slots grow with the budget.
 TEST(GpuPlan, SharedMoeModels) {
   for (const char* name : {"models/qwen3moe-q4_0.gguf", "models/qwen3moe-q8_0.gguf", "models/mixtral-q4_0.gguf"}) {

@@ -17,8 +17,12 @@ class DeviceBuffer {
   static Result<DeviceBuffer> alloc(uint64_t bytes, const std::string& what);
   // For work buffers whose size the caller has already checked: aborts on failure.
   explicit DeviceBuffer(uint64_t bytes);
+  // Another buffer's memory, not freed by this one: the owner must outlive the view.
+  static DeviceBuffer borrow(const DeviceBuffer& owner);
   ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr, o.bytes_ = 0; }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_), owned_(o.owned_) {
+    o.data_ = nullptr, o.bytes_ = 0;
+  }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -35,6 +39,7 @@ class DeviceBuffer {
  private:
   void* data_ = nullptr;
   uint64_t bytes_ = 0;
+  bool owned_ = true;
 };
 
 // A device buffer holding a copy of host values.

@@ -6,8 +6,9 @@
 //   DF_TRY(engine::decode_batch(*model, ss, next));   // a.logits() and b.logits() are their own rows now
 //
 // On the CPU the step is one forward pass whose products take their one-row orders: each session's logits are
-// bit-identical to what session.eval({token}) alone gives. Backends without a multi-sequence forward (CUDA for now)
-// step the sessions one after another, with the same results.
+// bit-identical to what session.eval({token}) alone gives. On CUDA too (cuda::GpuSession::decode_many), each token's
+// attention over its own session's cache. Families without a multi-sequence forward (gemma4, qwen35moe) step the
+// sessions one after another, with the same results.
 #pragma once
 
 #include <cstdint>

@@ -78,6 +78,23 @@ uint64_t BufferTable::total() const {
   return t;
 }
 
+bool session_own(Buf b) {
+  switch (b) {
+    case Buf::k_cache: case Buf::v_cache: case Buf::rope: case Buf::rope_swa: case Buf::logits:
+    case Buf::rec_state: case Buf::rec_save:
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint64_t BufferTable::own() const {
+  uint64_t t = 0;
+  for (int b = 0; b < kBufCount; ++b)
+    if (session_own(Buf(b))) t += bytes[size_t(b)];
+  return t;
+}
+
 KvLayout kv_layout(const model::ModelSpec& s, uint32_t n_ctx) {
   KvLayout l;
   l.k.resize(s.n_layer);

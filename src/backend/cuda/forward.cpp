@@ -135,18 +135,29 @@ void Forward::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
   float *q = at<float>(Buf::q), *k = at<float>(Buf::k), *v = at<float>(Buf::v);
   normed_products(at<float>(Buf::x), l.attn_norm.f32(), n, {{&l.wq, q}, {&l.wk, k}, {&l.wv, v}});
   const int32_t* pos = at<int32_t>(Buf::pos);
-  uint16_t* kc = at<uint16_t>(Buf::k_cache) + uint64_t(il) * C * kd;  // kv_layout's offsets for these families
-  uint16_t* vc = at<uint16_t>(Buf::v_cache) + uint64_t(il) * C * vd;
-  // q-norm, k-norm, RoPE and the f16 KV store in one launch.
-  qk_norm_rope_store({.q = q, .k = k, .v = v, .q_norm = s.qk_norm ? l.q_norm.f32() : nullptr,
-                      .k_norm = s.qk_norm ? l.k_norm.f32() : nullptr, .eps = s.norm_eps, .n_head = int(s.n_head),
-                      .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv, .n_rot = int(s.n_rot),
-                      .n_tok = n, .pos = pos, .table = at<float>(Buf::rope), .n_pos = C, .style = s.rope_style,
-                      .k_cache = kc, .v_cache = vc, .n_ctx = C, .stream = m_.stream});
-  attention({.q = q, .k = kc, .v = vc, .out = at<float>(Buf::attn), .pos = pos, .n_head = int(s.n_head),
-             .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv, .n_tok = n,
-             .scale = 1.0f / std::sqrt(float(hk)), .stream = m_.stream, .n_ctx = C,
-             .work = at<float>(Buf::attn_work)});
+  const int64_t qd = int64_t(s.n_head) * hk, od = int64_t(s.n_head) * hv;
+  // q-norm, k-norm, RoPE and the f16 KV store in one launch, then attention over the cache: for all n tokens in this
+  // session's cache, or token by token in each one's own.
+  auto attend = [&](int64_t first, int64_t count, uint16_t* k_cache, uint16_t* v_cache) {
+    uint16_t* kc = k_cache + uint64_t(il) * C * kd;  // kv_layout's offsets for these families
+    uint16_t* vc = v_cache + uint64_t(il) * C * vd;
+    qk_norm_rope_store({.q = q + first * qd, .k = k + first * kd, .v = v + first * vd,
+                        .q_norm = s.qk_norm ? l.q_norm.f32() : nullptr,
+                        .k_norm = s.qk_norm ? l.k_norm.f32() : nullptr, .eps = s.norm_eps, .n_head = int(s.n_head),
+                        .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv, .n_rot = int(s.n_rot),
+                        .n_tok = count, .pos = pos + first, .table = at<float>(Buf::rope), .n_pos = C,
+                        .style = s.rope_style, .k_cache = kc, .v_cache = vc, .n_ctx = C, .stream = m_.stream});
+    attention({.q = q + first * qd, .k = kc, .v = vc, .out = at<float>(Buf::attn) + first * od, .pos = pos + first,
+               .n_head = int(s.n_head), .n_head_kv = int(s.n_head_kv), .head_dim_k = hk, .head_dim_v = hv,
+               .n_tok = count, .scale = 1.0f / std::sqrt(float(hk)), .stream = m_.stream, .n_ctx = C,
+               .work = at<float>(Buf::attn_work)});
+  };
+  if (token_caches_.empty()) {
+    attend(0, n, at<uint16_t>(Buf::k_cache), at<uint16_t>(Buf::v_cache));
+  } else {
+    DF_CHECK(int64_t(token_caches_.size()) == n);
+    for (int64_t t = 0; t < n; ++t) attend(t, 1, token_caches_[size_t(t)].k, token_caches_[size_t(t)].v);
+  }
   add_product(l.wo, at<float>(Buf::attn), n);
 }
 

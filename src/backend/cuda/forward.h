@@ -28,6 +28,13 @@ class Forward {
   // The position of the next run's first token, where the host knows it (not inside a captured decode step, which
   // replays at any position): a launch may then depend on it.
   void set_first_pos(int64_t pos) { first_pos_ = pos; }
+  // Where each token's keys and values go and attention reads them: token i of the next run in caches[i] (another
+  // session's), one token per sequence (GpuSession::decode_many); empty: every token in this session's cache.
+  struct KvCaches {
+    uint16_t* k = nullptr;
+    uint16_t* v = nullptr;
+  };
+  void set_token_caches(std::vector<KvCaches> caches) { token_caches_ = std::move(caches); }
 
  protected:
   template <typename T>
@@ -58,6 +65,7 @@ class Forward {
   const GpuSessionOptions& o_;
   RoutedExperts experts_;
   int64_t first_pos_ = -1;  // -1: unknown
+  std::vector<KvCaches> token_caches_;
 
   // The llama families' sublayers (qwen35moe's feed-forward is qwen3moe's).
   void attention_block(const GpuLayer& l, uint32_t il, int64_t n);

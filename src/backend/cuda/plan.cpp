@@ -105,7 +105,9 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   const uint64_t state_one = buffers[Buf::rec_state] + buffers[Buf::rec_save];
   r.kv_cache = kv_one * o.sessions;
   r.recurrent = state_one * o.sessions;
-  r.work = (buffers.total() - kv_one - state_one) * o.sessions;
+  // The sessions share their work buffers; each keeps its RoPE tables and logits.
+  const uint64_t own_rest = buffers.own() - kv_one - state_one;
+  r.work = buffers.shared() + own_rest * o.sessions;
   r.margin = kGpuMarginBytes;
   const uint64_t records = spec.moe() ? uint64_t(spec.n_layer) * spec.n_expert : 0;
   if (records > (1u << 31))
@@ -147,11 +149,10 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
     return Error{"GPU budget " + bytes_text(budget) + " cannot hold this dense model, and dense models do not stream " +
                  "on the GPU: it needs " + bytes_text(p.total_bytes()) + " = " + itemize(p)};
   // A streaming session's buffers include those of the expert groups.
-  r.work = (session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .streams_experts = true,
-                                    .dequant_tiles = dequant})
-                .total() -
-            kv_one - state_one) *
-           o.sessions;
+  r.work = session_buffers(spec, {.n_ctx = o.n_ctx, .max_batch = o.max_batch, .streams_experts = true,
+                                   .dequant_tiles = dequant})
+               .shared() +
+           own_rest * o.sessions;
   const uint64_t need = r.total() + uint64_t(p.min_slots) * p.record_bytes;
   if (budget < need)
     return Error{"GPU budget " + bytes_text(budget) + " is too small for this model: resident " +

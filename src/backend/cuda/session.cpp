@@ -32,10 +32,27 @@ Result<std::unique_ptr<GpuSession>> GpuSession::create(const GpuModel& model, co
                                                          .streams_experts = model.streamed.has_value(),
                                                          .dequant_tiles = dequant});
   s->buf_.resize(kBufCount);
-  for (int b = 0; b < kBufCount; ++b)
-    if (table.bytes[size_t(b)]) {
-      DF_ASSIGN(s->buf_[size_t(b)], DeviceBuffer::alloc(table.bytes[size_t(b)], buf_name(Buf(b))));
+  SessionWork* work = options.work.get();
+  if (work && work->buf.empty()) {
+    work->buf.resize(kBufCount);
+    for (int b = 0; b < kBufCount; ++b)
+      if (table.bytes[size_t(b)] && !session_own(Buf(b))) {
+        DF_ASSIGN(work->buf[size_t(b)], DeviceBuffer::alloc(table.bytes[size_t(b)], buf_name(Buf(b))));
+      }
+  }
+  for (int b = 0; b < kBufCount; ++b) {
+    const uint64_t bytes = table.bytes[size_t(b)];
+    if (!bytes) continue;
+    if (work && !session_own(Buf(b))) {
+      const DeviceBuffer& shared = work->buf[size_t(b)];
+      if (shared.size() < bytes)
+        return Error{"GPU session: the shared " + std::string(buf_name(Buf(b))) + " buffer holds " +
+                     std::to_string(shared.size()) + " bytes, this session's shape needs " + std::to_string(bytes)};
+      s->buf_[size_t(b)] = DeviceBuffer::borrow(shared);
+      continue;
     }
+    DF_ASSIGN(s->buf_[size_t(b)], DeviceBuffer::alloc(bytes, buf_name(Buf(b))));
+  }
   const model::ModelSpec& sp = model.spec;
   if (sp.family == model::Family::kGemma4) {
     // A table for the full layers (their frequencies divided by rope_freqs) and one for the sliding layers; every
@@ -170,6 +187,78 @@ Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_
   return {};
 }
 
+bool GpuSession::batch_supported(const model::ModelSpec& spec) {
+  // Gemma 4's layers and qwen35moe's recurrent state run forwards of their own.
+  return spec.family != model::Family::kGemma4 && spec.n_recurrent() == 0;
+}
+
+Status GpuSession::decode_many(std::span<GpuSession* const> ss, std::span<const int32_t> tokens) {
+  DF_CHECK(!ss.empty() && ss.size() == tokens.size());
+  GpuSession& d = *ss[0];  // whose buffers the pass runs in
+  const model::ModelSpec& s = d.model_.spec;
+  DF_CHECK(batch_supported(s));
+  const int64_t n = int64_t(ss.size());
+  if (n > int64_t(d.opt_.max_batch))
+    return Error{"GPU decode step: " + std::to_string(n) + " sequences, more than the batch of " +
+                 std::to_string(d.opt_.max_batch)};
+  for (int64_t i = 0; i < n; ++i) {
+    const GpuSession& x = *ss[size_t(i)];
+    DF_CHECK(&x.model_ == &d.model_);
+    for (int64_t j = 0; j < i; ++j) DF_CHECK(ss[size_t(j)] != &x);
+    if (x.n_past_ >= x.opt_.n_ctx)
+      return Error{"context overflow: sequence " + std::to_string(i) + " of the step has used all " +
+                   std::to_string(x.opt_.n_ctx) + " positions of its context (-c)"};
+    if (tokens[size_t(i)] < 0 || uint32_t(tokens[size_t(i)]) >= s.n_vocab)
+      return Error{"token id " + std::to_string(tokens[size_t(i)]) + " of sequence " + std::to_string(i) +
+                   " is outside the vocabulary of " + std::to_string(s.n_vocab)};
+  }
+  cudaStream_t stream = d.model_.stream;
+  const uint64_t V = s.n_vocab;
+  DeviceBuffer& logits_dev = d.buf_[size_t(Buf::logits)];
+  if (d.logits_rows_cap_ < uint64_t(n)) {
+    if (d.graph_) {  // the captured step writes into the old logits buffer
+      DF_CUDA_CHECK(cudaGraphExecDestroy(d.graph_));
+      d.graph_ = nullptr;
+    }
+    DF_ASSIGN(logits_dev, DeviceBuffer::alloc(uint64_t(n) * V * 4, "logits"));
+    d.logits_rows_cap_ = uint64_t(n);
+  }
+  d.staging_.resize(size_t(2 * n));
+  std::vector<Forward::KvCaches> caches;
+  for (int64_t i = 0; i < n; ++i) {
+    GpuSession& x = *ss[size_t(i)];
+    d.staging_[size_t(i)] = tokens[size_t(i)];
+    d.staging_[size_t(n + i)] = int32_t(x.n_past_);
+    caches.push_back({x.buf_[size_t(Buf::k_cache)].as<uint16_t>(), x.buf_[size_t(Buf::v_cache)].as<uint16_t>()});
+  }
+  if (d.model_.ple_rows) DF_TRY(d.model_.ple_rows->prepare(std::span<const int32_t>(d.staging_.data(), size_t(n))));
+  DF_CUDA_CHECK(cudaMemcpyAsync(d.buf_[size_t(Buf::tok)].data(), d.staging_.data(), n * 4, cudaMemcpyHostToDevice,
+                                stream));
+  DF_CUDA_CHECK(cudaMemcpyAsync(d.buf_[size_t(Buf::pos)].data(), d.staging_.data() + n, n * 4, cudaMemcpyHostToDevice,
+                                stream));
+  d.forward_->set_first_pos(-1);
+  d.forward_->set_token_caches(std::move(caches));
+  d.forward_->run(n, /*all_logits=*/true, logits_dev.as<float>());
+  d.forward_->set_token_caches({});
+  if (Status failed = d.forward_->experts().take_status(); !failed.ok()) {
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return failed;
+  }
+  // Row i to session i's logits buffer, where its device sampler and logits() read the last token's row.
+  for (int64_t i = 0; i < n; ++i) {
+    GpuSession& x = *ss[size_t(i)];
+    if (i > 0)
+      DF_CUDA_CHECK(cudaMemcpyAsync(x.buf_[size_t(Buf::logits)].data(), logits_dev.as<float>() + uint64_t(i) * V,
+                                    V * 4, cudaMemcpyDeviceToDevice, stream));
+    x.n_past_ += 1;
+    x.logits_rows_ = 1;
+    x.last_row_ = 0;
+    x.logits_fresh_ = false;
+  }
+  DF_CUDA_CHECK(cudaStreamSynchronize(stream));  // staging_ is reused by the next eval
+  return {};
+}
+
 Status GpuSession::eval_hybrid(std::span<const int32_t> tokens, bool all_logits) {
   // Positions that truncate() kept but whose state was given up go first, in the same batches.
   const uint32_t before = uint32_t(tokens_.size()), start = n_past_;
@@ -254,7 +343,8 @@ int32_t GpuSession::argmax() {
 
 uint64_t GpuSession::device_bytes() const {
   uint64_t total = 0;
-  for (const DeviceBuffer& b : buf_) total += b.size();
+  for (int b = 0; b < kBufCount; ++b)
+    if (!opt_.work || session_own(Buf(b))) total += buf_[size_t(b)].size();
   return total;
 }
 

@@ -59,6 +59,8 @@ class CudaSequence final : public Sequence {
   uint32_t n_vocab() const override;
   void truncate(uint32_t n_keep) override { s_->truncate(n_keep); }
   SessionStats stats() override;
+  cuda::GpuSession& gpu() { return *s_; }
+  const CudaBackend* owner() const { return &b_; }
 
  private:
   // What nvidia-smi counts for the device: every process's allocations and contexts.
@@ -99,10 +101,7 @@ class CudaBackend final : public BackendModel {
   }
 
   Result<std::unique_ptr<Sequence>> new_sequence() override {
-    const GpuOptions& o = m_.options().gpu;
-    DF_ASSIGN(auto s, cuda::GpuSession::create(gpu_, {.n_ctx = m_.n_ctx(), .max_batch = o.max_batch,
-                                                      .decode_graph = o.decode_graph,
-                                                      .grouped_experts = o.grouped_experts}));
+    DF_ASSIGN(auto s, cuda::GpuSession::create(gpu_, session_options()));
     return std::unique_ptr<Sequence>(new CudaSequence(*this, std::move(s)));
   }
 
@@ -137,8 +136,30 @@ class CudaBackend final : public BackendModel {
     if (rows_) rows_->reset_stats();
   }
 
+  // One forward pass for the step where the family's forward takes several sequences (cuda::GpuSession::decode_many:
+  // each weight and streamed expert read once for all of them), in batches of max_batch; else one after another.
+  Status decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens) override {
+    if (seqs.size() < 2 || !cuda::GpuSession::batch_supported(m_.spec()))
+      return BackendModel::decode_batch(seqs, tokens);
+    std::vector<cuda::GpuSession*> ss;
+    for (Sequence* s : seqs) {
+      auto* c = dynamic_cast<CudaSequence*>(s);
+      DF_CHECK(c != nullptr && c->owner() == this);
+      ss.push_back(&c->gpu());
+    }
+    const size_t batch = std::min(m_.options().gpu.max_batch, m_.n_ctx());
+    for (size_t i = 0; i < ss.size(); i += batch) {
+      const size_t k = std::min(batch, ss.size() - i);
+      DF_TRY(cuda::GpuSession::decode_many(std::span(ss).subspan(i, k), tokens.subspan(i, k)));
+    }
+    return {};
+  }
+
   uint64_t device_bytes() const {
-    return weights_->device_bytes() + (tier_ ? tier_->device_bytes() : 0) + (rows_ ? rows_->device_bytes() : 0);
+    uint64_t work = 0;
+    for (const cuda::DeviceBuffer& b : work_->buf) work += b.size();
+    return weights_->device_bytes() + (tier_ ? tier_->device_bytes() : 0) + (rows_ ? rows_->device_bytes() : 0) +
+           work;
   }
   const std::string& device_name() const { return device_name_; }
   uint32_t n_vocab() const { return m_.spec().n_vocab; }
@@ -158,6 +179,13 @@ class CudaBackend final : public BackendModel {
     gpu_.streamed = cuda::StreamedExperts{.gpu = tier_.get(), .ram = m_.ram_tier(), .layouts = &m_.files().layouts,
                                           .cpu = cpu ? &m_.context() : nullptr, .prefetch = o.prefetch};
     return {};
+  }
+
+  // Every session's shape; they share one set of work buffers.
+  cuda::GpuSessionOptions session_options() const {
+    const GpuOptions& o = m_.options().gpu;
+    return {.n_ctx = m_.n_ctx(), .max_batch = o.max_batch, .decode_graph = o.decode_graph,
+            .grouped_experts = o.grouped_experts, .work = work_};
   }
 
   // The per-layer embedding table's GPU row cache over the model's RAM row cache, half of it (leaving a batch's rows)
@@ -197,19 +225,23 @@ class CudaBackend final : public BackendModel {
     }
     DF_TRY(make_tier(plan_.min_slots));
     {
-      DF_ASSIGN(auto probe, cuda::GpuSession::create(gpu_, {.n_ctx = m_.n_ctx(), .max_batch = o.max_batch}));
+      DF_ASSIGN(auto probe, cuda::GpuSession::create(gpu_, session_options()));
       const std::vector<int32_t> warm(std::max<uint32_t>(1, std::min({64u, o.max_batch, m_.n_ctx() - 1})), 1);
       DF_TRY(probe->eval(warm));
       if (m_.n_ctx() > warm.size()) DF_TRY(probe->eval(std::span<const int32_t>(warm.data(), 1)));
       used_resident_ = cuda::device_memory_used() - tier_->device_bytes();
+      // The other sessions (the server's --parallel) each add their own buffers, a device sampler's row of logits
+      // and a captured step; the work buffers are shared.
+      const uint64_t per_session = probe->device_bytes() + uint64_t(sp.n_vocab) * 4 + (1ull << 20);
+      used_resident_ += uint64_t(std::max<uint32_t>(m_.options().sessions, 1) - 1) * per_session;
     }
     tier_->reset_stats();
     const uint64_t slot = tier_->slot_bytes(), budget = *o.budget;
     const uint64_t need = used_resident_ + kSessionReserve + uint64_t(plan_.min_slots) * slot;
     if (budget < need)
       return Error{"--gpu-budget " + format_size(budget) + " is too small: the resident part (weights " +
-                   format_size(weights_->device_bytes()) + ", a session's KV cache and buffers, the CUDA context) has " +
-                   format_size(used_resident_) + " of device memory in use, " + format_size(kSessionReserve) +
+                   format_size(weights_->device_bytes()) + ", each session's KV cache and buffers, the CUDA context) " +
+                   "takes " + format_size(used_resident_) + " of device memory, " + format_size(kSessionReserve) +
                    " is kept for buffers sessions allocate later, and streaming needs at least " +
                    std::to_string(plan_.min_slots) + " expert slots of " + format_size(slot) + ": at least " +
                    format_size(need)};
@@ -222,6 +254,7 @@ class CudaBackend final : public BackendModel {
   std::unique_ptr<cuda::GpuWeights> weights_;
   std::unique_ptr<cache::DeviceTier> tier_;
   std::unique_ptr<cache::DeviceRowCache> rows_;
+  std::shared_ptr<cuda::SessionWork> work_ = std::make_shared<cuda::SessionWork>();
   cudaStream_t stream_ = nullptr;
   cuda::GpuModel gpu_;
   std::string device_name_;

@@ -90,6 +90,9 @@ enum class Buf : int {
 };
 constexpr int kBufCount = int(Buf::count);
 const char* buf_name(Buf b);
+// A session's own buffers: its KV cache, recurrent state, RoPE tables and logits, which outlive an eval. Every other
+// one is work inside an eval, which the sessions of one model share (they run one at a time on its stream).
+bool session_own(Buf b);
 
 // Where each layer's keys and values start in Buf::k_cache / Buf::v_cache (f16 elements): layers in order, each
 // with n_ctx rows of its own width; a layer that reads another's cache (gemma4's shared KV) has its offsets; a
@@ -112,6 +115,8 @@ struct BufferTable {
   std::array<uint64_t, kBufCount> bytes{};  // 0: not allocated
   uint64_t operator[](Buf b) const { return bytes[size_t(b)]; }
   uint64_t total() const;
+  uint64_t own() const;  // session_own's
+  uint64_t shared() const { return total() - own(); }
 };
 
 BufferTable session_buffers(const model::ModelSpec& spec, const SessionShape& shape);

@@ -5,8 +5,8 @@
 //   resident = CUDA context reserve + token embeddings (or none: rows read from pinned host RAM) + output head
 //              + a per-layer embedding table (or a GPU row cache of its rows under a budget)
 //              + every layer's attention (a hybrid's DeltaNet layers), norms and router (+ dense FFNs of dense
-//              models, a hybrid's shared experts) + a session's buffers (KV cache and recurrent state included)
-//              + a margin
+//              models, a hybrid's shared experts) + each session's KV cache, recurrent state, RoPE tables and
+//              logits + the work buffers the sessions share + a margin
 //   pool     = slots x record, one (layer, expert) record = gate + up + down rows of one expert (the largest
 //              layer's); all resident: the experts as the file stacks them
 //   slots    = (budget - resident) / record, capped at n_layer x n_expert (then every expert is resident)
@@ -77,7 +77,8 @@ struct GpuResident {
                             // GPU row cache: ple_row_slots rows + the id map [n_vocab] int32
   uint64_t kv_cache = 0;    // f16, per layer with a cache of its own [n_ctx][kv_dim_k + kv_dim_v], for each session
   uint64_t recurrent = 0;   // a hybrid's DeltaNet state and its copy inside a batch (buffers.h), for each session
-  uint64_t work = 0;        // each session's other buffers at max_batch (buffers.h)
+  uint64_t work = 0;        // the work buffers at max_batch that the sessions share, and each one's RoPE tables and
+                            // logits (buffers.h)
   uint64_t margin = 0;      // kGpuMarginBytes
 
   uint64_t weights() const { return token_embd + output + attention + norms + routers + dense_ffn + ple_table; }

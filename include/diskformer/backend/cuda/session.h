@@ -51,6 +51,12 @@ struct GpuModel {
   cudaStream_t stream = nullptr;            // every session's compute stream
 };
 
+// The work buffers (buffers.h's session_own complement) that the sessions of one model share: allocated by the first
+// session made with them, at its shape; later sessions of that shape borrow them.
+struct SessionWork {
+  std::vector<DeviceBuffer> buf;  // by Buf; empty until the first session
+};
+
 struct GpuSessionOptions {
   uint32_t n_ctx = 4096;      // KV cache positions
   uint32_t max_batch = 512;   // tokens per forward pass; longer evals are split
@@ -58,6 +64,7 @@ struct GpuSessionOptions {
   // Batches of several tokens multiply the routed experts grouped by expert (moe_matmul_grouped: each expert's
   // weights read once per tile of its tokens) instead of once per (token, slot).
   bool grouped_experts = true;
+  std::shared_ptr<SessionWork> work;  // nullptr: the session's own work buffers
 };
 
 class Forward;
@@ -76,6 +83,14 @@ class GpuSession {
   // token outside the vocabulary (nothing is run then), a failed read of a streamed expert or row (the batch is not
   // kept).
   Status eval(std::span<const int32_t> tokens, bool all_logits = false);
+  // One decode step of several sessions of one model: tokens[i] after sessions[i]'s positions, in one forward pass
+  // over sessions[0]'s buffers whose attention reads each token's own session's KV cache, so that each weight and
+  // each routed expert the step needs is read (under a budget: copied to the GPU) once for all of them; each session's
+  // logits are then its own row, as after an eval of its token. For the families whose forward is Forward's
+  // (batch_supported); sessions distinct, at most max_batch. Errors: as eval's (nothing is run), or a failed read of
+  // a streamed expert (no session advances).
+  static bool batch_supported(const model::ModelSpec& spec);
+  static Status decode_many(std::span<GpuSession* const> sessions, std::span<const int32_t> tokens);
   // The logits of the last eval, copied from the device on first use.
   std::span<const float> logits();
   // Greedy choice for the last evaluated token, computed on the device (the first maximum, as the CPU sampler).
@@ -87,7 +102,8 @@ class GpuSession {
 
   uint32_t n_past() const { return hybrid_ ? uint32_t(tokens_.size()) : n_past_; }
   uint32_t n_ctx() const { return opt_.n_ctx; }
-  // GPU memory this session holds: KV cache, RoPE table and work buffers (the weights are the model's).
+  // GPU memory this session holds: KV cache, RoPE table, logits and its own work buffers (not the shared ones, nor
+  // the weights: the model's).
   uint64_t device_bytes() const;
   // Streamed experts the CPU computed instead of the GPU.
   uint64_t cpu_experts_computed() const;
@@ -114,8 +130,8 @@ class GpuSession {
   void restore(uint32_t pos);
 
   const GpuModel& model_;
-  GpuSessionOptions opt_;
-  std::vector<DeviceBuffer> buf_;  // by Buf
+  GpuSessionOptions opt_;         // holds the shared work buffers alive
+  std::vector<DeviceBuffer> buf_;  // by Buf: its own, and views of the shared ones
   std::unique_ptr<Forward> forward_;
   uint32_t n_past_ = 0;
   uint64_t logits_rows_cap_ = 1;   // rows the logits buffer holds
