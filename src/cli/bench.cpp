@@ -48,8 +48,53 @@ std::optional<std::vector<int64_t>> int_list(Args& args, const std::string& name
 struct Rep {
   double prefill_s = 0, decode_s = 0;
   uint64_t decode_weight_bytes = 0;  // CPU: weight bytes the decode products read
+  uint64_t decode_bytes_to_gpu = 0;  // CUDA under a budget: expert bytes copied to the GPU while decoding
   engine::SessionStats session;
 };
+
+uint64_t bytes_to_gpu(engine::Model& model) {
+  const engine::ModelStats s = model.stats();
+  return s.gpu ? s.gpu->cache.bytes_loaded : 0;
+}
+
+// `streams` fresh sequences, each prefilled with its own p random tokens (one after another), then n greedy steps of
+// all of them together (engine::decode_batch, as the server's slots step).
+Result<Rep> parallel_rep(engine::Model& model, int64_t p, int64_t n, int64_t streams, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(model.spec().n_vocab) - 1);
+  sampling::Sampler greedy({.temp = 0});
+  std::vector<engine::Session> ss;
+  std::vector<std::vector<int32_t>> history(static_cast<size_t>(streams));
+  std::vector<int32_t> next(static_cast<size_t>(streams));
+  Rep r;
+  for (int64_t k = 0; k < streams; ++k) {
+    DF_ASSIGN(engine::Session s, engine::Session::create(model));
+    ss.push_back(std::move(s));
+    std::vector<int32_t>& h = history[size_t(k)];
+    for (int64_t i = 0; i < std::max<int64_t>(p, 1); ++i) h.push_back(tok(rng));
+    const auto t0 = Clock::now();
+    DF_TRY(ss.back().eval(h));
+    next[size_t(k)] = ss.back().next_token(greedy, h);
+    r.prefill_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  (void)ss[0].stats();  // samples the device's memory in use
+  std::vector<engine::Session*> step;
+  for (engine::Session& s : ss) step.push_back(&s);
+  const uint64_t w0 = model.context().weight_bytes_read, g0 = bytes_to_gpu(model);
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < streams; ++k) history[size_t(k)].push_back(next[size_t(k)]);
+    DF_TRY(engine::decode_batch(model, step, next));
+    for (int64_t k = 0; k < streams; ++k) next[size_t(k)] = ss[size_t(k)].next_token(greedy, history[size_t(k)]);
+  }
+  r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.decode_weight_bytes = model.context().weight_bytes_read - w0;
+  r.decode_bytes_to_gpu = bytes_to_gpu(model) - g0;
+  for (engine::Session& s : ss) r.session.cpu_experts += s.stats().cpu_experts;
+  r.session.device = ss[0].stats().device;
+  r.session.device_bytes = ss[0].stats().device_bytes;
+  r.session.device_used_peak = ss[0].stats().device_used_peak;
+  return r;
+}
 
 // A fresh sequence: a prompt of p random tokens, then n greedy steps, each feeding the previous choice back; or,
 // with `text`, its tokens from `at` on: p of them as the prompt, the next n fed one a step whatever was chosen
@@ -68,7 +113,7 @@ Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rn
   int32_t next = s.next_token(greedy, history);  // waits for the device
   r.prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
   (void)s.stats();  // samples the device's memory in use
-  const uint64_t w0 = model.context().weight_bytes_read;
+  const uint64_t w0 = model.context().weight_bytes_read, g0 = bytes_to_gpu(model);
   t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
     if (!text.empty()) next = text[at + prompt.size() + size_t(i)];
@@ -78,6 +123,7 @@ Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rn
   }
   r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
   r.decode_weight_bytes = model.context().weight_bytes_read - w0;
+  r.decode_bytes_to_gpu = bytes_to_gpu(model) - g0;
   r.session = s.stats();
   return r;
 }
@@ -95,6 +141,9 @@ int cmd_bench(int argc, char** argv) {
   args.option("-r,--repetitions", "REPS", "timed repetitions per configuration (default 3)");
   args.option("-b,--batch-size", "N", "prompt tokens per forward pass (default 512); with --gpu-budget, the routed "
               "experts stream once per batch");
+  args.option("--parallel", "N[,N...]", "sequences decoding together (default 1), as the server's --parallel slots: "
+              "each prefills its own -p tokens, then -n steps of all of them at once; decode figures are the "
+              "aggregate over the N sequences");
   args.option("--decode-text", "FILE", "also decode this text's tokens one a step (teacher-forced, after -p of them "
               "as the prompt; each repetition the next window): text_* figures beside the greedy ones");
   args.flag("--json", "one JSON object per configuration on stdout (see the README's bench section)");
@@ -104,7 +153,19 @@ int cmd_bench(int argc, char** argv) {
   auto ns = int_list(args, "--n-gen", 64);
   auto reps = args.get_int("--repetitions", 3, 1, 1000000);
   auto batch = args.get_int("--batch-size", 512, 1, 65536);
-  if (!ps || !ns || !reps || !batch) return args.exit_code();
+  auto streams = int_list(args, "--parallel", 1);
+  if (!ps || !ns || !reps || !batch || !streams) return args.exit_code();
+  for (int64_t k : *streams)
+    if (k < 1 || k > 256) {
+      args.usage_error("--parallel takes sequence counts from 1 to 256");
+      return args.exit_code();
+    }
+  if (streams->size() > 1 || streams->front() > 1) {
+    if (args.has("--decode-text")) {
+      args.usage_error("--decode-text times one sequence: leave --parallel out");
+      return args.exit_code();
+    }
+  }
   auto mo = model_options(args, /*allow_cuda=*/true);
   if (!mo) return args.exit_code();
   const auto path = model_path(args);
@@ -121,6 +182,7 @@ int cmd_bench(int argc, char** argv) {
   mo->backend = *backend;
   mo->n_batch = uint32_t(*batch);
   mo->gpu.max_batch = uint32_t(*batch);
+  mo->sessions = uint32_t(*std::max_element(streams->begin(), streams->end()));  // each with its KV cache
   const bool on_cuda = *backend == engine::Backend::kCuda;
   auto fail = [](const std::string& m) {
     std::fprintf(stderr, "diskformer bench: %s\n", m.c_str());
@@ -158,7 +220,8 @@ int cmd_bench(int argc, char** argv) {
   std::vector<Summary> weight_GBps;
   uint64_t gpu_peak = 0;
   for (int64_t p : *ps)
-    for (int64_t n : *ns) {
+    for (int64_t n : *ns)
+      for (int64_t np : *streams) {
       if (uint64_t(p + n) > model->n_ctx())
         return fail("-p " + std::to_string(p) + " + -n " + std::to_string(n) + " exceeds the context " +
                     std::to_string(model->n_ctx()) + " (-c)");
@@ -168,14 +231,16 @@ int cmd_bench(int argc, char** argv) {
       double timed_s = 0;
       uint64_t cpu_experts = 0;
       engine::SessionStats last;
+      uint64_t decode_to_gpu = 0;
       for (int64_t r = 0; r < *reps; ++r) {
-        auto rep = one_rep(*model, p, n, rng);
+        auto rep = np == 1 ? one_rep(*model, p, n, rng) : parallel_rep(*model, p, n, np, rng);
         if (!rep) return fail(rep.error().message);
-        if (p > 0) pre.push_back(double(p) / rep->prefill_s);
+        if (p > 0) pre.push_back(double(np * p) / rep->prefill_s);
         if (n > 0) {
-          dec.push_back(double(n) / rep->decode_s);
+          dec.push_back(double(np * n) / rep->decode_s);
           wgbs.push_back(double(rep->decode_weight_bytes) / rep->decode_s / 1e9);
         }
+        decode_to_gpu += rep->decode_bytes_to_gpu;
         timed_s += rep->prefill_s + rep->decode_s;
         cpu_experts += rep->session.cpu_experts;
         last = rep->session;
@@ -183,9 +248,10 @@ int cmd_bench(int argc, char** argv) {
       }
       const engine::ModelStats ms = model->stats();
       const Summary sp = summarize(pre), sd = summarize(dec), sw = summarize(wgbs);
-      const bool streams = ms.ram.has_value() || ms.gpu.has_value() || ms.rows.has_value();
+      const bool streamed = ms.ram.has_value() || ms.gpu.has_value() || ms.rows.has_value();
       const uint64_t disk_bytes = ms.streamed_bytes_read + ms.streamed_row_bytes;
-      const uint64_t timed_tokens = uint64_t(*reps) * uint64_t(p + n);
+      const uint64_t timed_tokens = uint64_t(*reps) * uint64_t(np) * uint64_t(p + n);
+      const uint64_t generated = uint64_t(*reps) * uint64_t(np) * uint64_t(n);
       json j = {{"model", std::filesystem::path(*path).filename().string()},
                 {"model_bytes", model->files().tensor_bytes},
                 {"store", model->files().from_store},
@@ -194,6 +260,7 @@ int cmd_bench(int argc, char** argv) {
                 {"gpu_budget", opt(mo->gpu.budget)},
                 {"ram_budget", opt(mo->ram_budget)},
                 {"threads", model->threads()},
+                {"parallel", np},
                 {"prompt_tokens", p},
                 {"gen_tokens", n},
                 {"reps", *reps},
@@ -207,7 +274,7 @@ int cmd_bench(int argc, char** argv) {
                 {"bytes_from_ram", nullptr},
                 {"bytes_from_disk", disk_bytes},
                 {"h2d_GBps", nullptr},
-                {"disk_GBps", streams && timed_s > 0 ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
+                {"disk_GBps", streamed && timed_s > 0 ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
                 // The per-layer embedding table's row cache, where its rows stream (null where resident or none).
                 {"row_slots", ms.rows ? json(model->row_tier()->slots()) : json(nullptr)},
                 {"row_hit_rate", ms.rows && ms.rows->cache.lookups() ? json(ms.rows->cache.hit_rate()) : json(nullptr)},
@@ -245,6 +312,7 @@ int cmd_bench(int argc, char** argv) {
         j["bytes_from_ram"] = c.bytes_loaded;
         j["h2d_GBps"] = ms.gpu->load_GBps();
         j["h2d_busy_share"] = timed_s > 0 ? ms.gpu->load_seconds / timed_s : 0.0;
+        j["decode_bytes_to_gpu_per_token"] = generated ? double(decode_to_gpu) / double(generated) : 0.0;
       }
       if (!text.empty() && n > 0) {
         // The same configuration on the text's windows, its own counters.
@@ -296,9 +364,11 @@ int cmd_bench(int argc, char** argv) {
       continue;
     }
     const std::string where = on_cuda ? "cuda (" + j["gpu"].get<std::string>() + ")" : std::string("cpu");
-    std::printf("%s  p=%lld n=%lld reps=%lld %s, %d threads, kernels %s\n", j["model"].get<std::string>().c_str(),
-                (long long)p, (long long)n, (long long)*reps, where.c_str(), model->threads(),
-                j["kernels"].get<std::string>().c_str());
+    const int64_t np = j["parallel"];
+    std::printf("%s  p=%lld n=%lld%s reps=%lld %s, %d threads, kernels %s\n", j["model"].get<std::string>().c_str(),
+                (long long)p, (long long)n,
+                np > 1 ? (" x " + std::to_string(np) + " sequences (aggregate tok/s)").c_str() : "", (long long)*reps,
+                where.c_str(), model->threads(), j["kernels"].get<std::string>().c_str());
     std::printf("  %s\n", residency.c_str());
     if (p > 0)
       std::printf("  prefill  %9.2f tok/s (min %.2f, max %.2f)\n", j["prefill_tok_s"]["median"].get<double>(),
@@ -322,6 +392,9 @@ int cmd_bench(int argc, char** argv) {
                   100.0 * j["expert_hit_rate"].get<double>(), (unsigned long long)j["gpu_slots"].get<uint64_t>(),
                   100.0 * j["cpu_expert_share"].get<double>(),
                   format_size(j["bytes_from_ram"].get<uint64_t>()).c_str(), j["h2d_GBps"].get<double>());
+    if (j.contains("decode_bytes_to_gpu_per_token") && n > 0)
+      std::printf("  decode copied %s of experts to the GPU per generated token\n",
+                  format_size(uint64_t(j["decode_bytes_to_gpu_per_token"].get<double>())).c_str());
     if (j.contains("ram_hit_rate"))
       std::printf("  disk     %s read in the timed runs (%.2f GB/s), RAM cache hit rate %.1f%%\n",
                   format_size(j["bytes_from_disk"].get<uint64_t>()).c_str(), j["disk_GBps"].get<double>(),

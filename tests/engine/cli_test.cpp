@@ -74,6 +74,20 @@ TEST(RunCommand, FailuresExitWithStatus) {
   EXPECT_EQ(overflow.out, "");
 }
 
+// bench --parallel N: N sequences prefilled one by one, then stepping together; a row per count, its decode figure
+// the aggregate; bad counts and --decode-text beside them are usage errors.
+TEST(BenchCommand, ParallelSequencesStepTogether) {
+  DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
+  const CliRun r = run_cli("bench -m " + model.string() + " -p 8 -n 4 -r 1 -t 2 -c 64 --parallel 1,3 --json --quiet");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<int> counts;
+  for (size_t at = r.out.find("\"parallel\":"); at != std::string::npos; at = r.out.find("\"parallel\":", at + 1))
+    counts.push_back(std::stoi(r.out.substr(at + 11)));
+  EXPECT_EQ(counts, (std::vector<int>{1, 3})) << r.out;
+  EXPECT_EQ(run_cli("bench -m " + model.string() + " --parallel 0").status, 2);
+  EXPECT_EQ(run_cli("bench -m " + model.string() + " --parallel 2 --decode-text README.md").status, 2);
+}
+
 TEST(ChatCommand, RepliesToEachLineDeterministically) {
   DF_REQUIRE_SHARED(model, "models/qwen3moe-q4_0.gguf");
   const std::string args = "chat -m " + model.string() + " -n 6 --temp 0 --ignore-eos -t 2 --system 'Be brief.'";
