@@ -135,15 +135,7 @@ Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_
   DeviceBuffer& logits_dev = buf_[size_t(Buf::logits)];
   if (all_logits) {
     logits_host_.resize(logits_rows_ * V);
-    const uint64_t need = std::min<uint64_t>(n, opt_.max_batch);
-    if (logits_rows_cap_ < need) {
-      if (graph_) {  // the captured step writes into the old logits buffer
-        DF_CUDA_CHECK(cudaGraphExecDestroy(graph_));
-        graph_ = nullptr;
-      }
-      DF_ASSIGN(logits_dev, DeviceBuffer::alloc(need * V * 4, "logits"));
-      logits_rows_cap_ = need;
-    }
+    DF_TRY(hold_logits_rows(std::min<uint64_t>(n, opt_.max_batch)));
   }
   for (int64_t b0 = 0; b0 < n; b0 += opt_.max_batch) {
     const int64_t m = std::min<int64_t>(opt_.max_batch, n - b0);
@@ -152,11 +144,7 @@ Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_
       staging_[t] = tokens[b0 + t];
       staging_[m + t] = int32_t(n_past_ + t);
     }
-    if (model_.ple_rows) DF_TRY(model_.ple_rows->prepare(std::span<const int32_t>(staging_.data(), size_t(m))));
-    DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::tok)].data(), staging_.data(), m * 4, cudaMemcpyHostToDevice,
-                                  stream));
-    DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::pos)].data(), staging_.data() + m, m * 4, cudaMemcpyHostToDevice,
-                                  stream));
+    DF_TRY(upload_batch(m));
     const uint32_t c1 = n_past_ + uint32_t(m);
     if (lead > n_past_ && lead < c1) hybrid_forward_->save_after(lead - n_past_);
     // Streamed experts bring the router's choices to the host every layer, which a graph cannot hold.
@@ -187,6 +175,26 @@ Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_
   return {};
 }
 
+Status GpuSession::hold_logits_rows(uint64_t rows) {
+  if (logits_rows_cap_ >= rows) return {};
+  if (graph_) {  // the captured step writes into the old logits buffer
+    DF_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+    graph_ = nullptr;
+  }
+  DF_ASSIGN(buf_[size_t(Buf::logits)], DeviceBuffer::alloc(rows * model_.spec.n_vocab * 4, "logits"));
+  logits_rows_cap_ = rows;
+  return {};
+}
+
+Status GpuSession::upload_batch(int64_t m) {
+  if (model_.ple_rows) DF_TRY(model_.ple_rows->prepare(std::span<const int32_t>(staging_.data(), size_t(m))));
+  DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::tok)].data(), staging_.data(), m * 4, cudaMemcpyHostToDevice,
+                                model_.stream));
+  DF_CUDA_CHECK(cudaMemcpyAsync(buf_[size_t(Buf::pos)].data(), staging_.data() + m, m * 4, cudaMemcpyHostToDevice,
+                                model_.stream));
+  return {};
+}
+
 bool GpuSession::batch_supported(const model::ModelSpec& spec) {
   // Gemma 4's layers and qwen35moe's recurrent state run forwards of their own.
   return spec.family != model::Family::kGemma4 && spec.n_recurrent() == 0;
@@ -214,15 +222,8 @@ Status GpuSession::decode_many(std::span<GpuSession* const> ss, std::span<const 
   }
   cudaStream_t stream = d.model_.stream;
   const uint64_t V = s.n_vocab;
-  DeviceBuffer& logits_dev = d.buf_[size_t(Buf::logits)];
-  if (d.logits_rows_cap_ < uint64_t(n)) {
-    if (d.graph_) {  // the captured step writes into the old logits buffer
-      DF_CUDA_CHECK(cudaGraphExecDestroy(d.graph_));
-      d.graph_ = nullptr;
-    }
-    DF_ASSIGN(logits_dev, DeviceBuffer::alloc(uint64_t(n) * V * 4, "logits"));
-    d.logits_rows_cap_ = uint64_t(n);
-  }
+  DF_TRY(d.hold_logits_rows(uint64_t(n)));
+  const DeviceBuffer& logits_dev = d.buf_[size_t(Buf::logits)];
   d.staging_.resize(size_t(2 * n));
   std::vector<Forward::KvCaches> caches;
   for (int64_t i = 0; i < n; ++i) {
@@ -231,11 +232,7 @@ Status GpuSession::decode_many(std::span<GpuSession* const> ss, std::span<const 
     d.staging_[size_t(n + i)] = int32_t(x.n_past_);
     caches.push_back({x.buf_[size_t(Buf::k_cache)].as<uint16_t>(), x.buf_[size_t(Buf::v_cache)].as<uint16_t>()});
   }
-  if (d.model_.ple_rows) DF_TRY(d.model_.ple_rows->prepare(std::span<const int32_t>(d.staging_.data(), size_t(n))));
-  DF_CUDA_CHECK(cudaMemcpyAsync(d.buf_[size_t(Buf::tok)].data(), d.staging_.data(), n * 4, cudaMemcpyHostToDevice,
-                                stream));
-  DF_CUDA_CHECK(cudaMemcpyAsync(d.buf_[size_t(Buf::pos)].data(), d.staging_.data() + n, n * 4, cudaMemcpyHostToDevice,
-                                stream));
+  DF_TRY(d.upload_batch(n));
   d.forward_->set_first_pos(-1);
   d.forward_->set_token_caches(std::move(caches));
   d.forward_->run(n, /*all_logits=*/true, logits_dev.as<float>());

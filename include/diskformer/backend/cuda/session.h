@@ -120,6 +120,10 @@ class GpuSession {
 
   GpuSession(const GpuModel& m, const GpuSessionOptions& o);
   void decode_step_graph();
+  // The logits buffer holds at least `rows` rows (a larger one drops the captured step, which wrote the old one).
+  Status hold_logits_rows(uint64_t rows);
+  // staging_'s m ids and m positions to Buf::tok / Buf::pos, the ids' per-layer embedding rows made present first.
+  Status upload_batch(int64_t m);
   // Runs `batch` from position n_past_ on in batches of max_batch (every row's logits into logits_host_ where
   // all_logits); lead (0: none) is a position after which the state is copied to Buf::rec_save.
   Status run(std::span<const int32_t> batch, bool all_logits, uint32_t lead);
