@@ -8,8 +8,9 @@ namespace df::model {
 
 void CpuRate::add(double seconds, uint64_t bytes, bool warm) {
   if (bytes == 0) return;
-  const double rate = seconds / double(bytes);
+  double rate = seconds / double(bytes);
   if (warm) {
+    rate = std::min(rate, 2 * (s_per_byte_ > 0 ? s_per_byte_ : kCpuGuessSPerByte));
     s_per_byte_ = s_per_byte_ > 0 ? 0.75 * s_per_byte_ + 0.25 * rate : rate;
   } else if (rate < (s_per_byte_ > 0 ? s_per_byte_ : kCpuGuessSPerByte)) {
     s_per_byte_ = rate;

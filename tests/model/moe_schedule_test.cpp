@@ -101,7 +101,7 @@ TEST(MoeSchedule, ReadsAheadGoToTheTierThatLacksThem) {
   EXPECT_TRUE(s.prefetch_ram.empty());
 }
 
-TEST(CpuRate, ASampleFromSleepingThreadsNeverRaisesTheEstimate) {
+TEST(CpuRate, ColdSamplesNeverRaiseTheEstimateAndWarmOutliersAreCapped) {
   CpuRate r;
   // Cold and slower than the stand-in: the stand-in stays.
   r.add(1e-3, 1'000'000, /*warm=*/false);
@@ -117,11 +117,21 @@ TEST(CpuRate, ASampleFromSleepingThreadsNeverRaisesTheEstimate) {
   // Warm samples move it either way, a quarter of the way at a time.
   r.add(9e-6, 1'000'000, /*warm=*/true);
   EXPECT_DOUBLE_EQ(r.s_per_byte(), 0.75 * 5e-12 + 0.25 * 9e-12);
+  // A slow warm sample counts as twice the estimate at most: an outlier moves it by a quarter of that.
+  const double before = r.s_per_byte();
+  r.add(1.0, 1'000'000, /*warm=*/true);
+  EXPECT_DOUBLE_EQ(r.s_per_byte(), 0.75 * before + 0.25 * 2 * before);
   CpuRate w;
-  w.add(1e-3, 1'000'000, /*warm=*/true);  // the first warm sample is taken whole, slow or not
-  EXPECT_DOUBLE_EQ(w.s_per_byte(), 1e-9);
-  w.add(1.0, 0, /*warm=*/true);  // nothing computed: nothing learned
-  EXPECT_DOUBLE_EQ(w.s_per_byte(), 1e-9);
+  w.add(1e-6, 1'000'000, /*warm=*/true);  // the first warm sample is taken whole up to twice the stand-in
+  EXPECT_DOUBLE_EQ(w.s_per_byte(), 1e-12);
+  CpuRate slow;
+  slow.add(1e-3, 1'000'000, /*warm=*/true);
+  EXPECT_DOUBLE_EQ(slow.s_per_byte(), 2 * kCpuGuessSPerByte);
+  // A CPU truly that slow gets there sample by sample.
+  for (int i = 0; i < 40; ++i) slow.add(1e-3, 1'000'000, /*warm=*/true);
+  EXPECT_NEAR(slow.s_per_byte(), 1e-9, 1e-12);
+  slow.add(1.0, 0, /*warm=*/true);  // nothing computed: nothing learned
+  EXPECT_NEAR(slow.s_per_byte(), 1e-9, 1e-12);
 }
 
 }  // namespace

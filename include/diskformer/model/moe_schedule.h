@@ -54,7 +54,10 @@ struct MoeSchedule {
 // The CPU's time per expert byte, from the shares it computed. A share that found the CPU's threads asleep (`warm`
 // false) paid their wake-ups and cold caches: such a sample only ever looks slower than shares computed layer after
 // layer, so it may lower the estimate but never raise it. Taken whole, one of them cut the share to nothing, and the
-// occasional one-expert samples that followed were cold again: decode stayed at the link's speed.
+// occasional one-expert samples that followed were cold again: decode stayed at the link's speed. A warm sample counts
+// as at most twice the estimate (the stand-in before the first), so that one share slowed by a page fault or a
+// preempted thread moves it by a quarter of that, not to a rate at which the CPU gets no share again; a CPU that is
+// truly slower gets there over a few samples.
 class CpuRate {
  public:
   double s_per_byte() const { return s_per_byte_; }  // 0 until measured (kCpuGuessSPerByte stands in)

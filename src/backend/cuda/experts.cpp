@@ -195,14 +195,16 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
        .in_ram = ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(il, e); }),
        .record_bytes = layout.record_bytes, .copy_s_per_byte = tier.copy_s_per_byte(),
        .cpu_s_per_byte = cpu_rate_.s_per_byte(),
-       // Every couple of tokens without a share, one expert measures the CPU's rate again.
-       .min_cpu = split && since_cpu_ >= 2 * s.n_layer ? 1 : 0,
+       // Every couple of tokens without a share, one expert measures the CPU's rate again (and the layer after
+       // that measure, warm).
+       .min_cpu = split && (since_cpu_ >= 2 * s.n_layer || warm_sample_due_) ? 1 : 0,
        .guess = guessed ? std::span<const int32_t>(ids + nk, size_t(K)) : std::span<const int32_t>(),
        .next_resident = [&](int32_t e) { return tier.contains(next, e); },
        .next_in_ram =
            ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(next, e); })},
       schedule_);
   if (split && schedule_.missed > 1) since_cpu_ = schedule_.cpu.empty() ? since_cpu_ + 1 : 0;
+  if (!schedule_.cpu.empty()) warm_sample_due_ = false;  // cpu_share says whether this one was
   auto read_ahead = [&] {
     if (!schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);
     if (!schedule_.prefetch_ram.empty()) ram.prefetch(next, schedule_.prefetch_ram);
@@ -341,8 +343,9 @@ void RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, bool packed) {
                        glu_ == Glu::kGelu ? cpu::GateActivation::kGeGlu : cpu::GateActivation::kSwiGlu);
   const auto t1 = std::chrono::steady_clock::now();
   // The pool's threads still spin if the last share ended less than their spin time ago.
-  cpu_rate_.add(std::chrono::duration<double>(t1 - t0).count(), uint64_t(C) * layout.record_bytes,
-                /*warm=*/t0 - cpu_done_ < cpu::ThreadPool::kSpinTime);
+  const bool warm = t0 - cpu_done_ < cpu::ThreadPool::kSpinTime;
+  cpu_rate_.add(std::chrono::duration<double>(t1 - t0).count(), uint64_t(C) * layout.record_bytes, warm);
+  warm_sample_due_ = !warm;
   cpu_done_ = t1;
   cpu_count_ += uint64_t(C);
   if (packed) {

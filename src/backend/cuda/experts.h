@@ -78,6 +78,9 @@ class RoutedExperts {
   model::CpuRate cpu_rate_;
   std::chrono::steady_clock::time_point cpu_done_{};  // when the CPU last finished a share
   uint32_t since_cpu_ = 0;     // decode layers with misses and no CPU share since the CPU last computed one
+  // The CPU's last share found its threads asleep (cpu_rate_ learned nothing slower from it): the next layer with
+  // misses gives it one expert, computed while the threads still spin, so that a warm sample follows every cold one.
+  bool warm_sample_due_ = false;
   uint64_t cpu_count_ = 0;     // experts the CPU computed
 };
 
