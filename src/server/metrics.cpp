@@ -80,12 +80,20 @@ std::string prometheus_text(const SchedulerStats& s, const std::map<std::pair<st
   w.metric("diskformer_expert_cache_lookups_total", "counter", "Expert records asked of a tier.");
   if (m.ram) w.sample("diskformer_expert_cache_lookups_total", double(m.ram->cache.lookups()), "tier=\"ram\"");
   if (m.gpu) w.sample("diskformer_expert_cache_lookups_total", double(m.gpu->cache.lookups()), "tier=\"gpu\"");
+  w.metric("diskformer_row_cache_hit_ratio", "gauge",
+           "Per-layer embedding rows found in a row cache, of those asked for (where the table streams).");
+  if (m.rows) w.sample("diskformer_row_cache_hit_ratio", m.rows->cache.hit_rate(), "tier=\"ram\"");
+  if (m.gpu_rows) w.sample("diskformer_row_cache_hit_ratio", m.gpu_rows->cache.hit_rate(), "tier=\"gpu\"");
+  w.metric("diskformer_row_cache_lookups_total", "counter", "Per-layer embedding rows asked of a row cache.");
+  if (m.rows) w.sample("diskformer_row_cache_lookups_total", double(m.rows->cache.lookups()), "tier=\"ram\"");
+  if (m.gpu_rows) w.sample("diskformer_row_cache_lookups_total", double(m.gpu_rows->cache.lookups()), "tier=\"gpu\"");
   w.one("diskformer_disk_read_bytes_total", "counter", "Bytes read from the model file or store (at open and since).",
         double(m.bytes_from_disk()));
   w.one("diskformer_disk_streamed_bytes_total", "counter", "Bytes read into the RAM tier's slots since open.",
         double(m.streamed_bytes_read));
-  w.one("diskformer_pcie_copied_bytes_total", "counter", "Bytes of streamed experts copied to the GPU.",
-        double(m.gpu ? m.gpu->cache.bytes_loaded : 0));
+  w.one("diskformer_pcie_copied_bytes_total", "counter",
+        "Bytes of streamed experts and per-layer embedding rows copied to the GPU.",
+        double((m.gpu ? m.gpu->cache.bytes_loaded : 0) + (m.gpu_rows ? m.gpu_rows->cache.bytes_loaded : 0)));
   w.metric("diskformer_info", "gauge", "The backend serving (always 1).");
   w.sample("diskformer_info", 1, "backend=\"" + c.backend + "\"");
   return w.take();

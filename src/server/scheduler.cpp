@@ -194,7 +194,9 @@ void Scheduler::step() {
   for (auto& s : slots_)
     if (s->phase == Slot::Phase::kDecode) decoding.push_back(s.get());
   if (!decoding.empty()) decode(decoding);
-  snapshot(false);
+  // Where this turn ended the last generation, the loop waits idle next: the counters of its last steps go out now.
+  const bool idle = std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->job != nullptr; });
+  snapshot(/*force=*/idle);
 }
 
 void Scheduler::prefill(Slot& s) {

@@ -1,11 +1,13 @@
 // The API as a client sees it: greedy replies byte for byte what `run` prints (the shared gold models, resident and
 // streamed from disk), streamed replies equal to whole ones, log-probabilities equal to run --n-probs and to the
-// engine's own logits, seeded sampling, stop strings, prefix reuse, models and health.
+// engine's own logits, seeded sampling, stop strings, prefix reuse, models, health and the row cache's metrics.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "diskformer/engine/model.h"
 #include "diskformer/engine/session.h"
@@ -124,6 +126,31 @@ TEST_P(GoldServe, GreedyRepliesAreWhatRunPrints) {
 
 INSTANTIATE_TEST_SUITE_P(Budgets, GoldServe, ::testing::Values("resident", "streamed"),
                          [](const auto& info) { return std::string(info.param); });
+
+// A model whose per-layer embedding table streams (gemma4 E2B under its smallest RAM budget): /metrics reports the
+// row cache's lookups and hit rate beside the other counters.
+TEST(Api, MetricsReportTheRowCache) {
+  DF_REQUIRE_SHARED(model, "models/gemma4-e2b-q8_0.gguf");
+  auto probe = engine::Model::open(model.string(), {.n_ctx = 256, .threads = 1, .ram_budget = uint64_t(64) << 20});
+  ASSERT_TRUE(probe.ok()) << probe.error().message;
+  const std::string budget = std::to_string((*probe)->plan().min_budget());  // the table through its fewest rows
+  ServeProcess srv({"-m", model.string(), "-c", "256", "-t", "2", "--ram-budget", budget});
+  DF_REQUIRE_SERVER(srv);
+  const HttpResponse r = post_json(srv.port(), "/v1/completions", {{"prompt", "Hello world"}, {"max_tokens", 4}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  // The engine's counters reach /metrics in the scheduler's next snapshot.
+  const std::string none = "diskformer_row_cache_lookups_total{tier=\"ram\"} 0\n";
+  std::string m = http(srv.port(), "GET", "/metrics").body;
+  for (int i = 0; i < 100 && m.find(none) != std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    m = http(srv.port(), "GET", "/metrics").body;
+  }
+  for (const char* name : {"# TYPE diskformer_row_cache_hit_ratio gauge", "diskformer_row_cache_hit_ratio{tier=\"ram\"} ",
+                           "diskformer_row_cache_lookups_total{tier=\"ram\"} "})
+    EXPECT_NE(m.find(name), std::string::npos) << name << "\n" << m;
+  EXPECT_EQ(m.find(none), std::string::npos) << m;
+  EXPECT_EQ(srv.terminate(), 0) << srv.err();
+}
 
 TEST(Api, StreamedRepliesEqualWholeOnes) {
   if (!std::filesystem::exists(kjv_model())) GTEST_SKIP() << "missing " << kjv_model();

@@ -197,6 +197,10 @@ async function pollMetrics() {
       const h = m[`diskformer_expert_cache_hit_ratio{tier="${tier}"}`];
       if (h !== undefined) tiers.push(tier.toUpperCase() + ' ' + percent(h));
     }
+    for (const tier of ['gpu', 'ram']) {
+      const h = m[`diskformer_row_cache_hit_ratio{tier="${tier}"}`];
+      if (h !== undefined) tiers.push('rows ' + tier.toUpperCase() + ' ' + percent(h));
+    }
     $('m-hits').textContent = tiers.length ? tiers.join(', ') : 'all resident';
     $('m-disk').textContent = bytes(m.diskformer_disk_read_bytes_total);
     $('m-pcie').textContent = bytes(m.diskformer_pcie_copied_bytes_total);
