@@ -1,7 +1,6 @@
 #include "diskformer/cache/cuda/device_rows.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "diskformer/cudart/check.h"
@@ -64,8 +63,7 @@ Result<std::unique_ptr<DeviceRowCache>> DeviceRowCache::create(RowCache& host, c
     const size_t n = std::min<size_t>(batch, ids.size() - i);
     if (Status st = host.gather(std::span(ids).subspan(i, n), c->staging_.data()); !st.ok())
       return Error{"GPU row cache: warm-up: " + st.error().message};
-    std::vector<uint32_t> none;
-    c->copy_up(std::span(at).subspan(i, n), none);
+    c->copy_up(std::span(at).subspan(i, n), {});
     c->wait_copies();
   }
   DF_CHECK(slot == c->warm_);
@@ -87,7 +85,7 @@ void DeviceRowCache::wait_copies() {
   copies_pending_ = false;
 }
 
-void DeviceRowCache::copy_up(std::span<const uint32_t> slots, std::vector<uint32_t>& touched) {
+void DeviceRowCache::copy_up(std::span<const uint32_t> slots, std::span<const uint32_t> touched) {
   cudaStream_t s = options_.consumer;
   uint8_t* dst = data_.as<uint8_t>();
   const uint8_t* src = staging_.data();

@@ -192,9 +192,11 @@ class CudaBackend final : public BackendModel {
   // warmed with the ids real text uses most.
   Status open_rows() {
     cache::RowCache* host = m_.row_tier();
-    if (!host)  // the plan before the RAM caches kept the table resident: a budget at the edge, measured twice
-      return Error{"--gpu-budget " + format_size(*m_.options().gpu.budget) +
+    if (!host) {  // the plan before the RAM caches kept the table resident: a budget at the edge, measured twice
+      const std::optional<uint64_t>& b = m_.options().gpu.budget;
+      return Error{"--gpu-budget " + (b ? format_size(*b) : std::string("(none)")) +
                    " lies at the edge of holding the per-layer embedding table; a little more or less decides it"};
+    }
     const uint32_t slots = plan_.ple_row_slots, batch = std::min(m_.options().gpu.max_batch, m_.n_ctx());
     const uint64_t rows = host->options().rows;
     const uint32_t warm = slots > batch ? std::min(slots / 2, slots - batch) : 0;

@@ -68,7 +68,7 @@ class DeviceRowCache {
   const int32_t* mirror() const { return reinterpret_cast<const int32_t*>(mirror_.data()); }
   // Copies rows staged at staging_[i] to slots[i] and the map entries of `touched` (sorted, distinct), then records
   // copied_.
-  void copy_up(std::span<const uint32_t> slots, std::vector<uint32_t>& touched);
+  void copy_up(std::span<const uint32_t> slots, std::span<const uint32_t> touched);
   void wait_copies();
 
   RowCache& host_;
