@@ -17,6 +17,7 @@
 #include "cli/text_file.h"
 #include "diskformer/backend/cpu/membw.h"
 #include "diskformer/tokenizer/tokenizer.h"
+#include "diskformer/util/check.h"
 #include "diskformer/util/size.h"
 
 namespace df::cli {
@@ -58,22 +59,27 @@ uint64_t bytes_to_gpu(engine::Model& model) {
 }
 
 // `streams` fresh sequences, each prefilled with its own p random tokens (one after another), then n greedy steps of
-// all of them together (engine::decode_batch, as the server's slots step).
-Result<Rep> parallel_rep(engine::Model& model, int64_t p, int64_t n, int64_t streams, std::mt19937& rng) {
+// all of them together (engine::decode_batch, as the server's slots step), each feeding its previous choice back; or,
+// with `text` (one sequence), its tokens from `at` on: p of them as the prompt, the next n fed one a step whatever was
+// chosen (teacher-forced: the routes of real text, where a random model's greedy loop repeats itself).
+Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rng, int64_t streams = 1,
+                    std::span<const int32_t> text = {}, size_t at = 0) {
+  DF_CHECK(streams >= 1 && (text.empty() || streams == 1));
   std::uniform_int_distribution<int32_t> tok(0, int32_t(model.spec().n_vocab) - 1);
   sampling::Sampler greedy({.temp = 0});
   std::vector<engine::Session> ss;
   std::vector<std::vector<int32_t>> history(static_cast<size_t>(streams));
   std::vector<int32_t> next(static_cast<size_t>(streams));
+  const size_t prompt = size_t(std::max<int64_t>(p, 1));
   Rep r;
   for (int64_t k = 0; k < streams; ++k) {
     DF_ASSIGN(engine::Session s, engine::Session::create(model));
     ss.push_back(std::move(s));
     std::vector<int32_t>& h = history[size_t(k)];
-    for (int64_t i = 0; i < std::max<int64_t>(p, 1); ++i) h.push_back(tok(rng));
+    for (size_t i = 0; i < prompt; ++i) h.push_back(text.empty() ? tok(rng) : text[at + i]);
     const auto t0 = Clock::now();
     DF_TRY(ss.back().eval(h));
-    next[size_t(k)] = ss.back().next_token(greedy, h);
+    next[size_t(k)] = ss.back().next_token(greedy, h);  // waits for the device
     r.prefill_s += std::chrono::duration<double>(Clock::now() - t0).count();
   }
   (void)ss[0].stats();  // samples the device's memory in use
@@ -82,49 +88,18 @@ Result<Rep> parallel_rep(engine::Model& model, int64_t p, int64_t n, int64_t str
   const uint64_t w0 = model.context().weight_bytes_read, g0 = bytes_to_gpu(model);
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
+    if (!text.empty()) next[0] = text[at + prompt + size_t(i)];
     for (int64_t k = 0; k < streams; ++k) history[size_t(k)].push_back(next[size_t(k)]);
-    DF_TRY(engine::decode_batch(model, step, next));
+    // One sequence steps as run's decode does.
+    if (streams == 1) DF_TRY(ss[0].eval(std::span<const int32_t>(next.data(), 1)));
+    else DF_TRY(engine::decode_batch(model, step, next));
     for (int64_t k = 0; k < streams; ++k) next[size_t(k)] = ss[size_t(k)].next_token(greedy, history[size_t(k)]);
   }
   r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
   r.decode_weight_bytes = model.context().weight_bytes_read - w0;
   r.decode_bytes_to_gpu = bytes_to_gpu(model) - g0;
-  for (engine::Session& s : ss) r.session.cpu_experts += s.stats().cpu_experts;
-  r.session.device = ss[0].stats().device;
-  r.session.device_bytes = ss[0].stats().device_bytes;
-  r.session.device_used_peak = ss[0].stats().device_used_peak;
-  return r;
-}
-
-// A fresh sequence: a prompt of p random tokens, then n greedy steps, each feeding the previous choice back; or,
-// with `text`, its tokens from `at` on: p of them as the prompt, the next n fed one a step whatever was chosen
-// (teacher-forced: the routes of real text, where a random model's greedy loop repeats itself).
-Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rng,
-                    std::span<const int32_t> text = {}, size_t at = 0) {
-  DF_ASSIGN(engine::Session s, engine::Session::create(model));
-  std::uniform_int_distribution<int32_t> tok(0, int32_t(model.spec().n_vocab) - 1);
-  std::vector<int32_t> prompt(size_t(std::max<int64_t>(p, 1)));
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = text.empty() ? tok(rng) : text[at + i];
-  sampling::Sampler greedy({.temp = 0});
-  std::vector<int32_t> history(prompt);
-  Rep r;
-  auto t0 = Clock::now();
-  DF_TRY(s.eval(prompt));
-  int32_t next = s.next_token(greedy, history);  // waits for the device
-  r.prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  (void)s.stats();  // samples the device's memory in use
-  const uint64_t w0 = model.context().weight_bytes_read, g0 = bytes_to_gpu(model);
-  t0 = Clock::now();
-  for (int64_t i = 0; i < n; ++i) {
-    if (!text.empty()) next = text[at + prompt.size() + size_t(i)];
-    history.push_back(next);
-    DF_TRY(s.eval(std::span<const int32_t>(&next, 1)));
-    next = s.next_token(greedy, history);
-  }
-  r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.decode_weight_bytes = model.context().weight_bytes_read - w0;
-  r.decode_bytes_to_gpu = bytes_to_gpu(model) - g0;
-  r.session = s.stats();
+  r.session = ss[0].stats();
+  for (size_t k = 1; k < ss.size(); ++k) r.session.cpu_experts += ss[k].stats().cpu_experts;
   return r;
 }
 
@@ -222,126 +197,128 @@ int cmd_bench(int argc, char** argv) {
   for (int64_t p : *ps)
     for (int64_t n : *ns)
       for (int64_t np : *streams) {
-      if (uint64_t(p + n) > model->n_ctx())
-        return fail("-p " + std::to_string(p) + " + -n " + std::to_string(n) + " exceeds the context " +
-                    std::to_string(model->n_ctx()) + " (-c)");
-      model->reset_stats();
-      const uint64_t ram0 = model->context().weight_bytes_read;
-      std::vector<double> pre, dec, wgbs;
-      double timed_s = 0;
-      uint64_t cpu_experts = 0;
-      engine::SessionStats last;
-      uint64_t decode_to_gpu = 0;
-      for (int64_t r = 0; r < *reps; ++r) {
-        auto rep = np == 1 ? one_rep(*model, p, n, rng) : parallel_rep(*model, p, n, np, rng);
-        if (!rep) return fail(rep.error().message);
-        if (p > 0) pre.push_back(double(np * p) / rep->prefill_s);
-        if (n > 0) {
-          dec.push_back(double(np * n) / rep->decode_s);
-          wgbs.push_back(double(rep->decode_weight_bytes) / rep->decode_s / 1e9);
-        }
-        decode_to_gpu += rep->decode_bytes_to_gpu;
-        timed_s += rep->prefill_s + rep->decode_s;
-        cpu_experts += rep->session.cpu_experts;
-        last = rep->session;
-        gpu_peak = std::max(gpu_peak, rep->session.device_used_peak.value_or(0));
-      }
-      const engine::ModelStats ms = model->stats();
-      const Summary sp = summarize(pre), sd = summarize(dec), sw = summarize(wgbs);
-      const bool streamed = ms.ram.has_value() || ms.gpu.has_value() || ms.rows.has_value();
-      const uint64_t disk_bytes = ms.streamed_bytes_read + ms.streamed_row_bytes;
-      const uint64_t timed_tokens = uint64_t(*reps) * uint64_t(np) * uint64_t(p + n);
-      const uint64_t generated = uint64_t(*reps) * uint64_t(np) * uint64_t(n);
-      json j = {{"model", std::filesystem::path(*path).filename().string()},
-                {"model_bytes", model->files().tensor_bytes},
-                {"store", model->files().from_store},
-                {"backend", engine::backend_name(*backend)},
-                {"gpu", on_cuda ? json(last.device) : json(nullptr)},
-                {"gpu_budget", opt(mo->gpu.budget)},
-                {"ram_budget", opt(mo->ram_budget)},
-                {"threads", model->threads()},
-                {"parallel", np},
-                {"prompt_tokens", p},
-                {"gen_tokens", n},
-                {"reps", *reps},
-                {"batch", *batch},
-                {"prefill_tok_s", summary_json(sp, p > 0)},
-                {"decode_tok_s", summary_json(sd, n > 0)},
-                {"gpu_mem_peak_bytes", on_cuda ? json(gpu_peak) : json(nullptr)},
-                {"gpu_weight_bytes", opt(last.device_bytes)},
-                {"rss_peak_bytes", engine::peak_rss_bytes()},
-                {"expert_hit_rate", nullptr},
-                {"bytes_from_ram", nullptr},
-                {"bytes_from_disk", disk_bytes},
-                {"h2d_GBps", nullptr},
-                {"disk_GBps", streamed && timed_s > 0 ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
-                // The per-layer embedding table's row cache, where its rows stream (null where resident or none).
-                {"row_slots", ms.rows ? json(model->row_tier()->slots()) : json(nullptr)},
-                {"row_hit_rate", ms.rows && ms.rows->cache.lookups() ? json(ms.rows->cache.hit_rate()) : json(nullptr)},
-                {"row_bytes_per_token",
-                 ms.rows && timed_tokens ? json(double(ms.streamed_row_bytes) / double(timed_tokens)) : json(nullptr)},
-                // On CUDA, its GPU row cache over the RAM one: hit rate and bytes copied to the GPU per token.
-                {"gpu_row_slots", ms.gpu_rows ? json(ms.gpu_row_slots) : json(nullptr)},
-                {"gpu_row_hit_rate", ms.gpu_rows && ms.gpu_rows->cache.lookups() ? json(ms.gpu_rows->cache.hit_rate())
-                                                                                 : json(nullptr)},
-                {"gpu_row_bytes_per_token", ms.gpu_rows && timed_tokens
-                                                ? json(double(ms.gpu_rows->cache.bytes_loaded) / double(timed_tokens))
-                                                : json(nullptr)},
-                {"residency", residency},
-                {"open_s", open_s},
-                {"kernels", model->context().kernels->name}};
-      if (ms.ram) {
-        j["ram_hit_rate"] = ms.ram->cache.hit_rate();
-        j["prefetch_issued"] = ms.ram->cache.prefetch_issued;
-        j["prefetch_used"] = ms.ram->cache.prefetch_used;
-      }
-      if (!on_cuda) {
-        j["expert_hit_rate"] = ms.ram && ms.ram->cache.lookups() ? json(ms.ram->cache.hit_rate()) : json(nullptr);
-        j["bytes_from_ram"] = model->context().weight_bytes_read - ram0;
-      }
-      if (ms.gpu) {
-        const cache::CacheStats& c = ms.gpu->cache;
-        // Of all expert uses: found on the GPU (the CPU's share counts as not found).
-        const uint64_t uses = c.lookups() + cpu_experts;
-        j["gpu_slots"] = ms.gpu_slots;
-        j["expert_hit_rate"] = uses ? double(c.hits + c.late_hits) / double(uses) : 0.0;
-        j["cpu_experts"] = cpu_experts;
-        j["cpu_expert_share"] = uses ? double(cpu_experts) / double(uses) : 0.0;
-        j["gpu_prefetch_issued"] = c.prefetch_issued;
-        j["gpu_prefetch_used"] = c.prefetch_used;
-        j["bytes_from_ram"] = c.bytes_loaded;
-        j["h2d_GBps"] = ms.gpu->load_GBps();
-        j["h2d_busy_share"] = timed_s > 0 ? ms.gpu->load_seconds / timed_s : 0.0;
-        j["decode_bytes_to_gpu_per_token"] = generated ? double(decode_to_gpu) / double(generated) : 0.0;
-      }
-      if (!text.empty() && n > 0) {
-        // The same configuration on the text's windows, its own counters.
+        if (uint64_t(p + n) > model->n_ctx())
+          return fail("-p " + std::to_string(p) + " + -n " + std::to_string(n) + " exceeds the context " +
+                      std::to_string(model->n_ctx()) + " (-c)");
         model->reset_stats();
-        std::vector<double> tdec;
-        uint64_t tcpu = 0;
-        const size_t window = size_t(std::max<int64_t>(p, 1) + n);
+        const uint64_t ram0 = model->context().weight_bytes_read;
+        std::vector<double> pre, dec, wgbs;
+        double timed_s = 0;
+        uint64_t cpu_experts = 0;
+        engine::SessionStats last;
+        uint64_t decode_to_gpu = 0;
         for (int64_t r = 0; r < *reps; ++r) {
-          const size_t at = (size_t(r) * window) % (text.size() - window + 1);
-          auto rep = one_rep(*model, p, n, rng, text, at);
+          auto rep = one_rep(*model, p, n, rng, np);
           if (!rep) return fail(rep.error().message);
-          tdec.push_back(double(n) / rep->decode_s);
-          tcpu += rep->session.cpu_experts;
+          if (p > 0) pre.push_back(double(np * p) / rep->prefill_s);
+          if (n > 0) {
+            dec.push_back(double(np * n) / rep->decode_s);
+            wgbs.push_back(double(rep->decode_weight_bytes) / rep->decode_s / 1e9);
+          }
+          decode_to_gpu += rep->decode_bytes_to_gpu;
+          timed_s += rep->prefill_s + rep->decode_s;
+          cpu_experts += rep->session.cpu_experts;
+          last = rep->session;
+          gpu_peak = std::max(gpu_peak, rep->session.device_used_peak.value_or(0));
         }
-        const engine::ModelStats ts = model->stats();
-        j["text_decode_tok_s"] = summary_json(summarize(tdec), true);
-        if (ts.gpu) {
-          const cache::CacheStats& c = ts.gpu->cache;
-          const uint64_t uses = c.lookups() + tcpu;
-          j["text_expert_hit_rate"] = uses ? double(c.hits + c.late_hits) / double(uses) : 0.0;
-          j["text_cpu_expert_share"] = uses ? double(tcpu) / double(uses) : 0.0;
-        } else if (ts.ram && ts.ram->cache.lookups()) {
-          j["text_expert_hit_rate"] = ts.ram->cache.hit_rate();
+        const engine::ModelStats ms = model->stats();
+        const Summary sp = summarize(pre), sd = summarize(dec), sw = summarize(wgbs);
+        const bool streamed = ms.ram.has_value() || ms.gpu.has_value() || ms.rows.has_value();
+        const uint64_t disk_bytes = ms.streamed_bytes_read + ms.streamed_row_bytes;
+        const uint64_t timed_tokens = uint64_t(*reps) * uint64_t(np) * uint64_t(p + n);
+        const uint64_t generated = uint64_t(*reps) * uint64_t(np) * uint64_t(n);
+        json j = {{"model", std::filesystem::path(*path).filename().string()},
+                  {"model_bytes", model->files().tensor_bytes},
+                  {"store", model->files().from_store},
+                  {"backend", engine::backend_name(*backend)},
+                  {"gpu", on_cuda ? json(last.device) : json(nullptr)},
+                  {"gpu_budget", opt(mo->gpu.budget)},
+                  {"ram_budget", opt(mo->ram_budget)},
+                  {"threads", model->threads()},
+                  {"parallel", np},
+                  {"prompt_tokens", p},
+                  {"gen_tokens", n},
+                  {"reps", *reps},
+                  {"batch", *batch},
+                  {"prefill_tok_s", summary_json(sp, p > 0)},
+                  {"decode_tok_s", summary_json(sd, n > 0)},
+                  {"gpu_mem_peak_bytes", on_cuda ? json(gpu_peak) : json(nullptr)},
+                  {"gpu_weight_bytes", opt(last.device_bytes)},
+                  {"rss_peak_bytes", engine::peak_rss_bytes()},
+                  {"expert_hit_rate", nullptr},
+                  {"bytes_from_ram", nullptr},
+                  {"bytes_from_disk", disk_bytes},
+                  {"h2d_GBps", nullptr},
+                  {"disk_GBps", streamed && timed_s > 0 ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
+                  // The per-layer embedding table's row cache, where its rows stream (null where resident or none).
+                  {"row_slots", ms.rows ? json(model->row_tier()->slots()) : json(nullptr)},
+                  {"row_hit_rate",
+                   ms.rows && ms.rows->cache.lookups() ? json(ms.rows->cache.hit_rate()) : json(nullptr)},
+                  {"row_bytes_per_token", ms.rows && timed_tokens
+                                              ? json(double(ms.streamed_row_bytes) / double(timed_tokens))
+                                              : json(nullptr)},
+                  // On CUDA, its GPU row cache over the RAM one: hit rate and bytes copied to the GPU per token.
+                  {"gpu_row_slots", ms.gpu_rows ? json(ms.gpu_row_slots) : json(nullptr)},
+                  {"gpu_row_hit_rate", ms.gpu_rows && ms.gpu_rows->cache.lookups() ? json(ms.gpu_rows->cache.hit_rate())
+                                                                                   : json(nullptr)},
+                  {"gpu_row_bytes_per_token", ms.gpu_rows && timed_tokens
+                                                  ? json(double(ms.gpu_rows->cache.bytes_loaded) / double(timed_tokens))
+                                                  : json(nullptr)},
+                  {"residency", residency},
+                  {"open_s", open_s},
+                  {"kernels", model->context().kernels->name}};
+        if (ms.ram) {
+          j["ram_hit_rate"] = ms.ram->cache.hit_rate();
+          j["prefetch_issued"] = ms.ram->cache.prefetch_issued;
+          j["prefetch_used"] = ms.ram->cache.prefetch_used;
         }
-        if (ts.ram) j["text_ram_hit_rate"] = ts.ram->cache.hit_rate();
+        if (!on_cuda) {
+          j["expert_hit_rate"] = ms.ram && ms.ram->cache.lookups() ? json(ms.ram->cache.hit_rate()) : json(nullptr);
+          j["bytes_from_ram"] = model->context().weight_bytes_read - ram0;
+        }
+        if (ms.gpu) {
+          const cache::CacheStats& c = ms.gpu->cache;
+          // Of all expert uses: found on the GPU (the CPU's share counts as not found).
+          const uint64_t uses = c.lookups() + cpu_experts;
+          j["gpu_slots"] = ms.gpu_slots;
+          j["expert_hit_rate"] = uses ? double(c.hits + c.late_hits) / double(uses) : 0.0;
+          j["cpu_experts"] = cpu_experts;
+          j["cpu_expert_share"] = uses ? double(cpu_experts) / double(uses) : 0.0;
+          j["gpu_prefetch_issued"] = c.prefetch_issued;
+          j["gpu_prefetch_used"] = c.prefetch_used;
+          j["bytes_from_ram"] = c.bytes_loaded;
+          j["h2d_GBps"] = ms.gpu->load_GBps();
+          j["h2d_busy_share"] = timed_s > 0 ? ms.gpu->load_seconds / timed_s : 0.0;
+          j["decode_bytes_to_gpu_per_token"] = generated ? double(decode_to_gpu) / double(generated) : 0.0;
+        }
+        if (!text.empty() && n > 0) {
+          // The same configuration on the text's windows, its own counters.
+          model->reset_stats();
+          std::vector<double> tdec;
+          uint64_t tcpu = 0;
+          const size_t window = size_t(std::max<int64_t>(p, 1) + n);
+          for (int64_t r = 0; r < *reps; ++r) {
+            const size_t at = (size_t(r) * window) % (text.size() - window + 1);
+            auto rep = one_rep(*model, p, n, rng, 1, text, at);
+            if (!rep) return fail(rep.error().message);
+            tdec.push_back(double(n) / rep->decode_s);
+            tcpu += rep->session.cpu_experts;
+          }
+          const engine::ModelStats ts = model->stats();
+          j["text_decode_tok_s"] = summary_json(summarize(tdec), true);
+          if (ts.gpu) {
+            const cache::CacheStats& c = ts.gpu->cache;
+            const uint64_t uses = c.lookups() + tcpu;
+            j["text_expert_hit_rate"] = uses ? double(c.hits + c.late_hits) / double(uses) : 0.0;
+            j["text_cpu_expert_share"] = uses ? double(tcpu) / double(uses) : 0.0;
+          } else if (ts.ram && ts.ram->cache.lookups()) {
+            j["text_expert_hit_rate"] = ts.ram->cache.hit_rate();
+          }
+          if (ts.ram) j["text_ram_hit_rate"] = ts.ram->cache.hit_rate();
+        }
+        rows.push_back(std::move(j));
+        weight_GBps.push_back(sw);
       }
-      rows.push_back(std::move(j));
-      weight_GBps.push_back(sw);
-    }
 
   // CPU runs: the weight bytes per second against the memory read bandwidth, measured after the runs so that its
   // buffer does not count in their peak RSS.
