@@ -250,8 +250,8 @@ int cmd_bench(int argc, char** argv) {
                   {"bytes_from_disk", disk_bytes},
                   {"h2d_GBps", nullptr},
                   {"disk_GBps", streamed && timed_s > 0 ? json(double(disk_bytes) / timed_s / 1e9) : json(nullptr)},
-                  // The per-layer embedding table's row cache, where its rows stream (null where resident or none).
-                  {"row_slots", ms.rows ? json(model->row_tier()->slots()) : json(nullptr)},
+                  // The per-token tables' row caches, where their rows stream (null where resident or none).
+                  {"row_slots", ms.rows ? json(ms.row_slots) : json(nullptr)},
                   {"row_hit_rate",
                    ms.rows && ms.rows->cache.lookups() ? json(ms.rows->cache.hit_rate()) : json(nullptr)},
                   {"row_bytes_per_token", ms.rows && timed_tokens
@@ -377,7 +377,7 @@ int cmd_bench(int argc, char** argv) {
                   format_size(j["bytes_from_disk"].get<uint64_t>()).c_str(), j["disk_GBps"].get<double>(),
                   100.0 * j["ram_hit_rate"].get<double>());
     if (!j["row_slots"].is_null())
-      std::printf("  rows     per-layer embedding row cache of %llu rows: hit rate %.1f%%, %.0f bytes per token from "
+      std::printf("  rows     row caches of %llu rows (per-token tables): hit rate %.1f%%, %.0f bytes per token from "
                   "disk\n",
                   (unsigned long long)j["row_slots"].get<uint64_t>(),
                   j["row_hit_rate"].is_null() ? 0.0 : 100.0 * j["row_hit_rate"].get<double>(),

@@ -24,8 +24,8 @@ class CpuBackend final : public BackendModel {
   Status load(model::TensorSource& source) {
     const ModelFiles& f = m_.files();
     const bool stream_layers = m_.plan().mode == Residency::kStreamLayers;
-    const bool stream_rows = m_.plan().rows_stream();
-    const std::vector<const gguf::TensorInfo*> list = arena_tensors(f.tensors, !stream_layers, !stream_rows);
+    const bool stream_rows = m_.plan().ple.streams(), stream_tokens = m_.plan().tokens.streams();
+    const std::vector<const gguf::TensorInfo*> list = arena_tensors(f.tensors, m_.plan());
     const ArenaLayout a = arena_layout(f.records, list);
     DF_ASSIGN(arena_, io::AlignedBuffer::allocate(std::max<uint64_t>(a.bytes, io::kDirectAlignment)));
     std::vector<model::TensorSource::Piece> pieces;
@@ -38,7 +38,10 @@ class CpuBackend final : public BackendModel {
       DF_CHECK(it != a.at.end());
       return model::mat_of(*t, arena_.data() + it->second);
     };
-    w_.token_embd = view(f.tensors.token_embd);
+    // Streamed token rows keep the table's shape (no data), as the per-layer table's below.
+    w_.token_embd = stream_tokens ? model::mat_of(*f.tensors.token_embd, nullptr) : view(f.tensors.token_embd);
+    w_.token_rows = stream_tokens ? m_.token_rows() : nullptr;
+    DF_CHECK(!stream_tokens || w_.token_rows != nullptr);
     w_.output_norm = view(f.tensors.output_norm);
     w_.output = view(f.tensors.output);
     w_.rope_freqs = view(f.tensors.rope_freqs);

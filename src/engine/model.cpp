@@ -53,6 +53,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
                                                 .sessions = o.sessions,
                                                 .budget = o.ram_budget,
                                                 .kv_in_ram = cpu,
+                                                .token_rows = cpu,
                                                 .machine_ram = cpu ? machine_ram_bytes() : std::nullopt}));
   m->pool_ = std::make_unique<cpu::ThreadPool>(o.threads > 0 ? o.threads : cpu::default_thread_count());
   m->ctx_.pool = m->pool_.get();
@@ -73,9 +74,7 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   LoadCounter load{o.progress};
   const uint64_t experts = expert_tensor_bytes(f.tensors);
   if (cpu) {
-    for (const gguf::TensorInfo* t : arena_tensors(f.tensors, m->plan_.mode != Residency::kStreamLayers,
-                                                  !m->plan_.rows_stream()))
-      load.total += t->n_bytes;
+    for (const gguf::TensorInfo* t : arena_tensors(f.tensors, m->plan_)) load.total += t->n_bytes;
   } else {
     load.total = f.tensor_bytes - (gpu_streams ? experts : 0) - (gpu.rows ? f.tensors.ple_table->n_bytes : 0);
   }
@@ -85,11 +84,16 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   // The per-layer embedding rows, where they stream (on CUDA: where the GPU's row cache reads them from RAM): a row
   // cache of the RAM plan's rows, half of it warmed, or where that plan holds the whole table, a cache of every row
   // filled on demand (the GPU's warm rows come through it).
-  if (cpu ? m->plan_.rows_stream() : gpu.rows) {
-    if (m->plan_.rows_stream())
-      DF_TRY(m->open_row_tier(m->plan_.row_slots, m->plan_.row_slots / 2));
-    else
-      DF_TRY(m->open_row_tier(uint32_t(f.tensors.ple_table->rows()), 0));
+  const RowTablePlan& ple = m->plan_.ple;
+  if (cpu ? ple.streams() : gpu.rows) {
+    const uint32_t all = uint32_t(f.tensors.ple_table->rows());
+    DF_ASSIGN(m->row_tier_, m->open_rows(*f.tensors.ple_table, ple.streams() ? ple.slots : all,
+                                         ple.streams() ? ple.slots / 2 : 0));
+  }
+  // The token embeddings' rows on the CPU (a GPU run uploads them from the file as its plan says).
+  if (cpu && m->plan_.tokens.streams()) {
+    DF_ASSIGN(m->token_rows_,
+              m->open_rows(*f.tensors.token_embd, m->plan_.tokens.slots, m->plan_.tokens.slots / 2));
   }
   DF_ASSIGN(std::unique_ptr<TensorReader> reader, TensorReader::open(f.records));
   if (o.progress) reader->set_progress([&load](uint64_t n) { load.add(n); });
@@ -137,12 +141,12 @@ Status Model::open_ram_tier(io::HostAllocator* allocator, std::function<void(uin
   return {};
 }
 
-Status Model::open_row_tier(uint32_t slots, uint32_t warm_rows) {
+Result<std::unique_ptr<cache::RowCache>> Model::open_rows(const gguf::TensorInfo& t, uint32_t slots,
+                                                         uint32_t warm_rows) {
   const ModelFiles& f = *files_;
-  const gguf::TensorInfo* t = f.tensors.ple_table;
   const auto& tables = f.records.tables();
-  const auto it = std::find_if(tables.begin(), tables.end(), [&](const auto& x) { return x.tensor == t->name; });
-  if (it == tables.end()) return Error{f.records.path() + ": no table " + t->name + " in the record map"};
+  const auto it = std::find_if(tables.begin(), tables.end(), [&](const auto& x) { return x.tensor == t.name; });
+  if (it == tables.end()) return Error{f.records.path() + ": no table " + t.name + " in the record map"};
   DF_ASSIGN(auto reader, io::Reader::create({}));
   DF_ASSIGN(const io::FileId fid, reader->open(f.records.files()[it->file]));  // the part holding the table
   DF_ASSIGN(std::unique_ptr<cache::RowCache> rows,
@@ -151,10 +155,9 @@ Status Model::open_row_tier(uint32_t slots, uint32_t warm_rows) {
                                                         .slots = slots}));
   const std::vector<cache::RowRange> warm = warm_row_ranges(f.file, uint32_t(it->rows), warm_rows);
   DF_TRY(rows->warm(warm));
-  row_tier_initial_bytes_ = rows->row_stats().bytes_loaded;
+  row_initial_bytes_ += rows->row_stats().bytes_loaded;
   rows->reset_stats();
-  row_tier_ = std::move(rows);
-  return {};
+  return rows;
 }
 
 std::string Model::describe() const {
@@ -165,15 +168,22 @@ std::string Model::describe() const {
 
 ModelStats Model::stats() {
   ModelStats s;
-  s.resident_bytes_read = backend_->bytes_read_at_open() + ram_tier_initial_bytes_ + row_tier_initial_bytes_;
+  s.resident_bytes_read = backend_->bytes_read_at_open() + ram_tier_initial_bytes_ + row_initial_bytes_;
   if (ram_tier_ && !ram_tier_->resident()) {
     s.ram = ram_tier_->stats();
     s.streamed_bytes_read = s.ram->cache.bytes_loaded;
   }
-  if (row_tier_) {
-    s.rows = row_tier_->stats();
-    s.streamed_row_bytes = s.rows->cache.bytes_loaded;
+  // The row caches together: lookups, hits and rows read of the per-layer table and of the token embeddings.
+  for (cache::RowCache* r : {row_tier_.get(), token_rows_.get()}) {
+    if (!r) continue;
+    const cache::TierStats t = r->stats();
+    if (!s.rows) s.rows = cache::TierStats{};
+    s.row_slots += r->slots();
+    cache::CacheStats& c = s.rows->cache;
+    c.hits += t.cache.hits, c.late_hits += t.cache.late_hits, c.misses += t.cache.misses;
+    c.evictions += t.cache.evictions, c.bytes_loaded += t.cache.bytes_loaded, c.wait_ns += t.cache.wait_ns;
   }
+  if (s.rows) s.streamed_row_bytes = s.rows->cache.bytes_loaded;
   backend_->add_stats(s);
   return s;
 }
@@ -181,6 +191,7 @@ ModelStats Model::stats() {
 void Model::reset_stats() {
   if (ram_tier_) ram_tier_->reset_stats();
   if (row_tier_) row_tier_->reset_stats();
+  if (token_rows_) token_rows_->reset_stats();
   backend_->reset_stats();
 }
 

@@ -70,15 +70,21 @@ ArenaLayout arena_layout(const store::RecordMap& map, std::span<const gguf::Tens
 }
 
 std::vector<const gguf::TensorInfo*> arena_tensors(const model::ModelTensors& t, bool with_layers,
-                                                   bool with_row_table) {
-  std::vector<const gguf::TensorInfo*> list = {t.token_embd, t.output_norm};
+                                                   bool with_ple_table, bool with_token_embd) {
+  std::vector<const gguf::TensorInfo*> list;
+  if (with_token_embd) list.push_back(t.token_embd);
+  list.push_back(t.output_norm);
   if (t.output != t.token_embd) list.push_back(t.output);
   for (auto* g : t.globals()) list.push_back(g);
-  if (t.ple_table && with_row_table) list.push_back(t.ple_table);
+  if (t.ple_table && with_ple_table) list.push_back(t.ple_table);
   if (with_layers)
     for (const auto& l : t.layers)
       for (auto* x : l.dense()) list.push_back(x);
   return list;
+}
+
+std::vector<const gguf::TensorInfo*> arena_tensors(const model::ModelTensors& t, const WeightPlan& p) {
+  return arena_tensors(t, p.mode != Residency::kStreamLayers, !p.ple.streams(), !p.tokens.streams());
 }
 
 std::string WeightPlan::describe() const {
@@ -88,11 +94,13 @@ std::string WeightPlan::describe() const {
   } else if (slots) {
     s += ", " + std::to_string(slots) + " slots of " + format_size(record_bytes);
   }
-  if (row_table_bytes) {
-    s += rows_stream() ? ", per-layer embedding table on disk through " + std::to_string(row_slots) + " rows of " +
-                             format_size(row_bytes)
-                       : ", per-layer embedding table resident (" + format_size(row_table_bytes) + ")";
+  if (ple.table_bytes) {
+    s += ple.streams() ? ", per-layer embedding table on disk through " + std::to_string(ple.slots) + " rows of " +
+                             format_size(ple.row_bytes)
+                       : ", per-layer embedding table resident (" + format_size(ple.table_bytes) + ")";
   }
+  if (tokens.streams())
+    s += ", token embeddings on disk through " + std::to_string(tokens.slots) + " rows of " + format_size(tokens.row_bytes);
   s += ", KV cache " + format_size(kv_bytes) + " at " + std::to_string(n_ctx) + " positions" + sessions_text(sessions);
   if (state_bytes) s += ", recurrent state " + format_size(state_bytes);
   s += ", work " + format_size(work_bytes);
@@ -138,12 +146,17 @@ Result<WeightPlan> plan_weights(const ModelFiles& m, const RamPlanOptions& o) {
     return Error{m.path + ": " + std::to_string(expert_records) + " expert records are more than a tier indexes"};
   const std::optional<uint64_t> budget = o.budget;
   const bool stream_layers = budget && !moe;
-  const gguf::TensorInfo* table = m.tensors.ple_table;
-  p.resident_bytes = arena_layout(m.records, arena_tensors(m.tensors, !stream_layers, !budget)).bytes;
-  if (table) {
-    p.row_table_bytes = table->n_bytes;
-    p.row_bytes = table->row_bytes();
-  }
+  const gguf::TensorInfo* ple = m.tensors.ple_table;
+  // Under a budget the token embeddings may stream too, where the head does not read all of them every token.
+  const gguf::TensorInfo* tokens =
+      budget && o.token_rows && m.tensors.output != m.tensors.token_embd ? m.tensors.token_embd : nullptr;
+  p.resident_bytes = arena_layout(m.records, arena_tensors(m.tensors, !stream_layers, !budget, !tokens)).bytes;
+  const std::pair<RowTablePlan*, const gguf::TensorInfo*> tables[] = {{&p.ple, ple}, {&p.tokens, tokens}};
+  for (const auto& [r, t] : tables)
+    if (t) {
+      r->table_bytes = t->n_bytes;
+      r->row_bytes = t->row_bytes();
+    }
   if (moe) {
     p.record_bytes = m.layouts.expert_record_bytes;
     p.n_records = uint32_t(expert_records);
@@ -165,27 +178,40 @@ Result<WeightPlan> plan_weights(const ModelFiles& m, const RamPlanOptions& o) {
     return p;
   }
   p.mode = moe ? Residency::kStreamExperts : Residency::kStreamLayers;
-  if (table) p.min_row_slots = uint32_t(std::min<uint64_t>(kMinRowSlots, table->rows()));
+  std::string rows_text;
+  uint64_t row_reserve = 0;
+  for (const auto& [r, t] : tables) {
+    if (!t) continue;
+    r->min_slots = uint32_t(std::min<uint64_t>(kMinRowSlots, t->rows()));
+    row_reserve += uint64_t(r->min_slots) * r->row_bytes;
+    rows_text += " + " + std::to_string(r->min_slots) + (r == &p.ple ? " per-layer" : " token") + " embedding rows of " +
+                 format_size(r->row_bytes);
+  }
   const uint64_t need = p.min_budget();
   if (*budget < need)
     return Error{"RAM budget " + bytes_text(*budget) + " is too small for this model at -c " + std::to_string(o.n_ctx) +
                  ": " + fixed_text(p) + " + " + std::to_string(p.min_slots) + " slots of " +
-                 format_size(p.slot_bytes) +
-                 (table ? " + " + std::to_string(p.min_row_slots) + " per-layer embedding rows of " +
-                              format_size(p.row_bytes)
-                        : std::string()) +
-                 " = " + bytes_text(need) + " at least" + ctx_hint(p, *budget)};
-  // The tier's slots first (a layer or expert missed costs far more than a row), then the table where it fits.
-  const uint64_t row_reserve = uint64_t(p.min_row_slots) * p.row_bytes;
+                 format_size(p.slot_bytes) + rows_text + " = " + bytes_text(need) + " at least" + ctx_hint(p, *budget)};
+  // The tier's slots first (a layer or expert missed costs far more than a row), then each table where it fits in
+  // the arena, else its rows take what is left (the per-layer table first, the later one's fewest rows kept back).
   p.slots = uint32_t(std::min<uint64_t>(p.n_records, (*budget - p.fixed_bytes() - row_reserve) / p.slot_bytes));
-  if (table) {
-    const uint64_t left = *budget - p.fixed_bytes() - uint64_t(p.slots) * p.slot_bytes;
-    const uint64_t with_table = arena_layout(m.records, arena_tensors(m.tensors, !stream_layers, true)).bytes;
-    if (with_table - p.resident_bytes <= left) {
-      p.row_table_in_arena = with_table - p.resident_bytes;
-      p.resident_bytes = with_table;
+  uint64_t left = *budget - p.fixed_bytes() - uint64_t(p.slots) * p.slot_bytes;
+  bool in_arena[2] = {false, false};
+  for (int i = 0; i < 2; ++i) {
+    const auto& [r, t] = tables[i];
+    if (!t) continue;
+    row_reserve -= uint64_t(r->min_slots) * r->row_bytes;  // now the later tables' only
+    in_arena[i] = true;
+    const uint64_t with =
+        arena_layout(m.records, arena_tensors(m.tensors, !stream_layers, in_arena[0], in_arena[1] || !tokens)).bytes;
+    if (with - p.resident_bytes + row_reserve <= left) {
+      r->in_arena = with - p.resident_bytes;
+      left -= r->in_arena;
+      p.resident_bytes = with;
     } else {
-      p.row_slots = uint32_t(std::min<uint64_t>(table->rows(), left / p.row_bytes));
+      in_arena[i] = false;
+      r->slots = uint32_t(std::min<uint64_t>(t->rows(), (left - row_reserve) / r->row_bytes));
+      left -= uint64_t(r->slots) * r->row_bytes;
     }
   }
   return p;

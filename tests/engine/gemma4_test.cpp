@@ -38,21 +38,22 @@ TEST(Gemma4Engine, PerLayerEmbeddingTableUnderARamBudget) {
   const engine::WeightPlan& p = (*roomy)->plan();
   EXPECT_EQ(p.slots, p.n_records);
   EXPECT_FALSE(p.rows_stream());
-  EXPECT_EQ(p.row_table_bytes, 32000u * 170u);
+  EXPECT_EQ(p.ple.table_bytes, 32000u * 170u);
+  EXPECT_EQ(p.tokens.table_bytes, 0u) << "a tied head reads every token row: they stay in the arena";
 
   // Every layer slot, the table on disk through a row cache (the budget short of the table by one row).
   const uint64_t layers_only = p.min_budget() + uint64_t(p.n_records - p.min_slots) * p.slot_bytes;
   auto rows = Model::open(path.string(), {.n_ctx = 128, .threads = 2, .ram_budget = layers_only});
   ASSERT_TRUE(rows.ok()) << rows.error().message;
   EXPECT_EQ((*rows)->plan().slots, p.n_records);
-  EXPECT_EQ((*rows)->plan().row_slots, engine::kMinRowSlots);
+  EXPECT_EQ((*rows)->plan().ple.slots, engine::kMinRowSlots);
   ASSERT_NE((*rows)->row_tier(), nullptr);
   Session r = new_session(**rows);
   EXPECT_EQ(greedy_ids(r, kPrompt, 16), want);
   const engine::ModelStats st = (*rows)->stats();
   ASSERT_TRUE(st.rows.has_value());
   EXPECT_GT(st.rows->cache.misses, 0u);
-  EXPECT_EQ(st.streamed_row_bytes, st.rows->cache.misses * p.row_bytes);
+  EXPECT_EQ(st.streamed_row_bytes, st.rows->cache.misses * p.ple.row_bytes);
   EXPECT_GE(st.bytes_from_disk(), st.resident_bytes_read + st.streamed_row_bytes);
   (*rows)->reset_stats();
   EXPECT_EQ((*rows)->stats().streamed_row_bytes, 0u);

@@ -63,6 +63,41 @@ TEST(RamPlan, TheBudgetCoversTheKvCacheAndWorkBuffers) {
   EXPECT_EQ(gpu->fixed_bytes(), gpu->resident_bytes);
 }
 
+// Under a budget the token embeddings of an untied head stay in the arena where the budget holds them after the
+// slots, else their rows go through a row cache of what is left (at least kMinRowSlots); a GPU run's plan keeps them.
+TEST(RamPlan, TokenEmbeddingsStreamWhereTheBudgetEndsBeforeThem) {
+  DF_REQUIRE_SHARED(path, "models/qwen3moe-q4_0.gguf");
+  auto f = engine::open_model_files(path.string());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  const engine::ModelFiles& mf = **f;
+  ASSERT_NE(mf.tensors.output, mf.tensors.token_embd);
+  const auto all = plan_weights(mf, {.n_ctx = 256});
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  EXPECT_EQ(all->tokens.table_bytes, 0u);
+  const auto probe = plan_weights(mf, {.n_ctx = 256, .budget = all->total_bytes()});
+  ASSERT_TRUE(probe.ok()) << probe.error().message;
+  const engine::RowTablePlan& t = probe->tokens;
+  EXPECT_EQ(t.table_bytes, mf.tensors.token_embd->n_bytes);
+  EXPECT_EQ(t.row_bytes, mf.tensors.token_embd->row_bytes());
+  EXPECT_FALSE(t.streams()) << "the whole model's budget holds them";
+  EXPECT_NEAR(double(t.in_arena), double(t.table_bytes), 8192.0);  // as the arena packs it
+  // The smallest budget: the fewest slots and rows, and the arena without the table.
+  const auto least = plan_weights(mf, {.n_ctx = 256, .budget = probe->min_budget()});
+  ASSERT_TRUE(least.ok()) << least.error().message;
+  EXPECT_EQ(least->slots, least->min_slots);
+  EXPECT_EQ(least->tokens.slots, engine::kMinRowSlots);
+  EXPECT_LE(least->total_bytes(), probe->min_budget());
+  EXPECT_LT(least->resident_bytes, probe->resident_bytes);
+  EXPECT_NE(least->describe().find("token embeddings on disk through 256 rows"), std::string::npos)
+      << least->describe();
+  const auto short_of = plan_weights(mf, {.n_ctx = 256, .budget = least->min_budget() - 1});
+  ASSERT_FALSE(short_of.ok());
+  EXPECT_NE(short_of.error().message.find("256 token embedding rows of"), std::string::npos) << short_of.error().message;
+  const auto gpu = plan_weights(mf, {.n_ctx = 256, .budget = probe->total_bytes(), .kv_in_ram = false, .token_rows = false});
+  ASSERT_TRUE(gpu.ok()) << gpu.error().message;
+  EXPECT_EQ(gpu->tokens.table_bytes, 0u);
+}
+
 TEST(RamPlan, WithoutABudgetThePlanMustFitTheMachine) {
   const auto f = files_of(moe(), "machine");
   const uint64_t ram = 1ull << 30;  // a machine of 1 GiB

@@ -30,8 +30,8 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
   auto model = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2});
   ASSERT_TRUE(model.ok()) << model.error().message;
   // The same model streaming from disk under the smallest RAM budget its plan accepts: experts through a pool
-  // of 2 x top-k slots, or layers through 2 slots; a per-layer embedding table through a row cache of
-  // kMinRowSlots rows; beside the KV cache and work buffers.
+  // of 2 x top-k slots, or layers through 2 slots; a per-layer embedding table, and the token embeddings of an
+  // untied head, through row caches of kMinRowSlots rows; beside the KV cache and work buffers.
   const auto& full_plan = (*model)->plan();
   auto probe = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 1, .ram_budget = full_plan.total_bytes()});
   ASSERT_TRUE(probe.ok()) << probe.error().message;
@@ -40,9 +40,9 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
   auto streamed = engine::Model::open(model_path.string(), {.n_ctx = 512, .threads = 2, .ram_budget = least});
   ASSERT_TRUE(streamed.ok()) << streamed.error().message;
   ASSERT_NE((*streamed)->plan().mode, engine::Residency::kAllResident);
-  if (p.row_table_bytes) {
-    EXPECT_EQ((*streamed)->plan().row_slots, engine::kMinRowSlots);
-  }
+  const bool tables = p.ple.table_bytes || p.tokens.table_bytes;
+  if (p.ple.table_bytes) EXPECT_EQ((*streamed)->plan().ple.slots, engine::kMinRowSlots);
+  if (p.tokens.table_bytes) EXPECT_EQ((*streamed)->plan().tokens.slots, engine::kMinRowSlots);
   // A store of the model, streamed at the same budget: one read per record, the same records.
   const auto store = temp_dir("gold_store_" + name + (file.empty() ? "" : "_split"));
   auto ingested = store::ingest({.source = model_path.string(), .dir = store.string(), .force = true});
@@ -74,7 +74,7 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
     const engine::ModelStats st = (*m)->stats();
     ASSERT_TRUE(st.ram.has_value());
     EXPECT_GT(st.ram->cache.misses, 0u);
-    if (p.row_table_bytes) {
+    if (tables) {
       ASSERT_TRUE(st.rows.has_value());
       EXPECT_GT(st.rows->cache.misses, 0u);  // rows read from disk, beyond the warm ones
       EXPECT_GT(st.rows->cache.hits, 0u);

@@ -71,10 +71,12 @@ struct ModelStats {
   std::optional<cache::TierStats> ram;  // the RAM tier, where one streams
   std::optional<cache::TierStats> gpu;  // the GPU tier, where one streams
   uint32_t gpu_slots = 0;
-  // The per-layer embedding table's row cache, where its rows stream: lookups (warm rows are hits) and the rows
-  // read from disk since open (warm-up not included) or the last reset.
+  // The row caches of the per-token tables, where their rows stream (the per-layer embedding table; on the CPU under
+  // a budget the token embeddings), together: lookups (warm rows are hits) and the rows read from disk since open
+  // (warm-up not included) or the last reset; the rows they hold.
   std::optional<cache::TierStats> rows;
   uint64_t streamed_row_bytes = 0;
+  uint32_t row_slots = 0;
   // On CUDA, the table's GPU row cache where its rows stream: lookups and the bytes copied to the GPU.
   std::optional<cache::TierStats> gpu_rows;
   uint32_t gpu_row_slots = 0;
@@ -105,6 +107,8 @@ class Model {
   cache::RecordTier* ram_tier() { return ram_tier_.get(); }
   // The row cache of the per-layer embedding table (record (0, token id)); nullptr where the table is resident.
   cache::RowCache* row_tier() { return row_tier_.get(); }
+  // The row cache of the token embeddings (CPU runs under a budget); nullptr where they are resident.
+  cache::RowCache* token_rows() { return token_rows_.get(); }
   // One line each: where the weights are (RAM plan; on CUDA also the GPU's residency).
   std::string describe() const;
   ModelStats stats();
@@ -114,8 +118,8 @@ class Model {
  private:
   Model() = default;
   Status open_ram_tier(io::HostAllocator* allocator, std::function<void(uint64_t)> on_load);
-  // The per-layer embedding table's row cache: `slots` rows, `warm` of them loaded now.
-  Status open_row_tier(uint32_t slots, uint32_t warm);
+  // A per-token table's row cache: `slots` rows, `warm` of them loaded now (their bytes into row_initial_bytes_).
+  Result<std::unique_ptr<cache::RowCache>> open_rows(const gguf::TensorInfo& table, uint32_t slots, uint32_t warm);
 
   ModelOptions options_;
   std::unique_ptr<ModelFiles> files_;
@@ -125,8 +129,8 @@ class Model {
   cpu::Context ctx_;
   std::unique_ptr<cache::RecordTier> ram_tier_;
   uint64_t ram_tier_initial_bytes_ = 0;
-  std::unique_ptr<cache::RowCache> row_tier_;
-  uint64_t row_tier_initial_bytes_ = 0;  // the warm-up's reads
+  std::unique_ptr<cache::RowCache> row_tier_, token_rows_;
+  uint64_t row_initial_bytes_ = 0;  // the row caches' warm-up reads
   std::unique_ptr<BackendModel> backend_;
 };
 

@@ -7,9 +7,11 @@
 //                   streamed = routed experts, one (layer, expert) record per slot.
 //   dense, budget:  resident = embeddings, output head, final norm; streamed = whole layers, one layer per slot, the
 //                   next layer read while the current one computes.
-// A per-layer embedding table (gemma4 E2B's per_layer_token_embd: one row per token, every layer's slice) stays in
-// the arena where the budget holds it after the tier's slots; otherwise its rows stream from disk through a row
-// cache of at least kMinRowSlots rows, half of them warmed at open with the ids real text uses most.
+// The tables read one row per token -- a per-layer embedding table (gemma4 E2B's per_layer_token_embd, every layer's
+// slice of a token) and, under a budget, the token embeddings of a model whose output head is a tensor of its own (a
+// tied head reads every row every token) -- stay in the arena where the budget holds them after the tier's slots,
+// the per-layer table first; otherwise their rows stream from disk through a row cache of at least kMinRowSlots
+// rows, half of them warmed at open with the ids real text uses most.
 // Record sizes are store::RecordMap's images (model/records.h), each slot rounded up to 4 KiB. The budget covers all
 // the plan counts: resident weights, the KV cache, a hybrid model's recurrent state with its copies
 // (engine/hybrid_sequence.h) and the work buffers where the backend keeps them in RAM (the CPU's; CUDA keeps them on
@@ -35,6 +37,16 @@ enum class Residency {
 };
 const char* residency_name(Residency r);
 
+// A table read one row per token: in the arena, or through a row cache of `slots` rows.
+struct RowTablePlan {
+  uint64_t table_bytes = 0;  // 0: the model has no such table (or it never streams)
+  uint64_t row_bytes = 0;    // one token's row
+  uint32_t slots = 0;        // 0: in the arena
+  uint32_t min_slots = 0;    // under a budget: the fewest rows its cache may have
+  uint64_t in_arena = 0;     // under a budget that holds the table: its share of resident_bytes
+  bool streams() const { return slots > 0; }
+};
+
 struct WeightPlan {
   Residency mode = Residency::kAllResident;
   uint32_t n_ctx = 0;
@@ -50,23 +62,22 @@ struct WeightPlan {
   uint32_t n_records = 0;       // records the tier serves
   uint32_t slots = 0;           // records the tier holds
   uint32_t min_slots = 0;       // the fewest slots that can run at all
-  // The per-layer embedding table: in the arena (row_slots 0) or through a row cache of row_slots rows.
-  uint64_t row_table_bytes = 0;  // 0: the model has none
-  uint64_t row_bytes = 0;        // one token's row
-  uint32_t row_slots = 0;
-  uint32_t min_row_slots = 0;    // under a budget, where the model has a table: the fewest rows its cache may have
-  uint64_t row_table_in_arena = 0;  // under a budget that holds the table: its share of resident_bytes
+  RowTablePlan ple;     // the per-layer embedding table
+  RowTablePlan tokens;  // the token embeddings (table_bytes 0 where they stay in the arena in any case)
 
   bool records_resident() const { return slots > 0 && slots == n_records && mode == Residency::kAllResident; }
-  bool rows_stream() const { return row_slots > 0; }
+  bool rows_stream() const { return ple.streams(); }  // the per-layer table's
   // What every budget must hold before slots and rows: resident weights, and in RAM the KV cache, the recurrent
   // state and work buffers.
   uint64_t fixed_bytes() const { return resident_bytes + (kv_in_ram ? kv_bytes + state_bytes + work_bytes : 0); }
-  uint64_t cache_bytes() const { return uint64_t(slots) * slot_bytes + uint64_t(row_slots) * row_bytes; }
+  uint64_t cache_bytes() const {
+    return uint64_t(slots) * slot_bytes + uint64_t(ple.slots) * ple.row_bytes + uint64_t(tokens.slots) * tokens.row_bytes;
+  }
   uint64_t total_bytes() const { return fixed_bytes() + cache_bytes(); }  // what the budget covers
-  // The smallest budget accepted (the table then streams through the fewest rows).
+  // The smallest budget accepted (the tables then stream through the fewest rows).
   uint64_t min_budget() const {
-    return fixed_bytes() - row_table_in_arena + uint64_t(min_slots) * slot_bytes + uint64_t(min_row_slots) * row_bytes;
+    return fixed_bytes() - ple.in_arena - tokens.in_arena + uint64_t(min_slots) * slot_bytes +
+           uint64_t(ple.min_slots) * ple.row_bytes + uint64_t(tokens.min_slots) * tokens.row_bytes;
   }
   std::string describe() const;  // one line for logs
 };
@@ -77,6 +88,9 @@ struct RamPlanOptions {
   uint32_t sessions = 1;                // sequences open at once: each has its KV cache, state and work buffers
   std::optional<uint64_t> budget;       // bytes of RAM for all the plan counts (--ram-budget); nullopt = unlimited
   bool kv_in_ram = true;                // the CPU backend; false for CUDA
+  // The token embeddings may stream through a row cache under a budget (the CPU backend reads them so; a CUDA run
+  // keeps them as its own plan says).
+  bool token_rows = true;
   std::optional<uint64_t> machine_ram;  // without a budget, a plan larger than this is refused; nullopt: unchecked
 };
 
@@ -93,13 +107,15 @@ struct ArenaLayout {
 };
 ArenaLayout arena_layout(const store::RecordMap& map, std::span<const gguf::TensorInfo* const> tensors);
 
-// The tensors a CPU run keeps in its arena: embeddings, final norm, output head (when untied), the other tensors
-// outside the blocks (ModelTensors::globals), the per-layer embedding table unless its rows stream, and each
-// layer's dense tensors unless the layers stream.
+// The tensors a CPU run keeps in its arena: the token embeddings unless their rows stream, final norm, output head
+// (when untied), the other tensors outside the blocks (ModelTensors::globals), the per-layer embedding table unless
+// its rows stream, and each layer's dense tensors unless the layers stream.
 std::vector<const gguf::TensorInfo*> arena_tensors(const model::ModelTensors& t, bool with_layers,
-                                                   bool with_row_table = true);
+                                                   bool with_ple_table = true, bool with_token_embd = true);
+// The arena tensors of a CPU run under this plan.
+std::vector<const gguf::TensorInfo*> arena_tensors(const model::ModelTensors& t, const WeightPlan& p);
 
-// The fewest rows a row cache of the per-layer embedding table may have.
+// The fewest rows a row cache of a per-token table may have.
 constexpr uint32_t kMinRowSlots = 256;
 
 }  // namespace df::engine

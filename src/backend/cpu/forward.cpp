@@ -66,7 +66,7 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
   ensure_size(b_.x, n * E);
   ensure_size(b_.xn, n * E);
   ensure_size(b_.proj, n * E);
-  for (int64_t t = 0; t < n; ++t) get_row(w_.token_embd, tokens[t], b_.x.data() + t * E);
+  DF_TRY(gather_rows(w_.token_embd, w_.token_rows, tokens, b_.x.data()));
 
   model::LayerWeights streamed;
   for (uint32_t il = 0; il < s_.n_layer; ++il) {

@@ -32,7 +32,7 @@ Status Gemma4Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all
   for (auto* v : {&b_.x, &b_.xn, &b_.attn_out, &b_.proj, &b_.mlp}) ensure_size(*v, n * E);
   // The embedding scaled by sqrt(d) (text tokens; llama.cpp does not scale embeddings given as input).
   const float embd_scale = std::sqrt(float(E));
-  for (int64_t t = 0; t < n; ++t) get_row(w_.token_embd, tokens[t], b_.x.data() + t * E);
+  DF_TRY(gather_rows(w_.token_embd, w_.token_rows, tokens, b_.x.data()));
   scale(b_.x.data(), n * E, embd_scale);
   if (s_.n_embd_per_layer > 0) DF_TRY(per_layer_inputs(tokens));
 
@@ -95,25 +95,7 @@ Status Gemma4Forward::per_layer_inputs(std::span<const int32_t> tokens) {
   ensure_size(b_.ple, n * LP);
   ensure_size(b_.ple_rows, n * LP);
   float* rows = b_.ple_rows.data();
-  if (!w_.ple_rows) {
-    for (int64_t t = 0; t < n; ++t) get_row(w_.ple_table, tokens[t], rows + t * LP);
-  } else {
-    // Each distinct token's row once, as many at a time as the row tier pins.
-    cache::RecordTier& tier = *w_.ple_rows;
-    std::vector<int32_t> ids(tokens.begin(), tokens.end());
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    const size_t step = std::max<size_t>(1, tier.max_acquire());
-    for (size_t i0 = 0; i0 < ids.size(); i0 += step) {
-      std::span<const int32_t> part(ids.data() + i0, std::min(step, ids.size() - i0));
-      DF_ASSIGN(cache::Pins pins, tier.acquire(0, part));
-      for (int64_t t = 0; t < n; ++t) {
-        const auto it = std::lower_bound(part.begin(), part.end(), tokens[t]);
-        if (it == part.end() || *it != tokens[t]) continue;
-        get_row(w_.ple_table.at(pins.data(size_t(it - part.begin()))), 0, rows + t * LP);
-      }
-    }
-  }
+  DF_TRY(gather_rows(w_.ple_table, w_.ple_rows, tokens, rows));
   scale(rows, n * LP, std::sqrt(float(P)));
   // The projection of the scaled embedding, normed per layer, added to the table's rows.
   float* pl = b_.ple.data();

@@ -276,6 +276,28 @@ void rope(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float bas
 
 void get_row(const model::Mat& w, int64_t row, float* out) { dequantize_row(w.type, w.row(row), w.cols, out); }
 
+Status gather_rows(const model::Mat& table, cache::RecordTier* rows, std::span<const int32_t> ids, float* out) {
+  const int64_t n = int64_t(ids.size()), C = table.cols;
+  if (!rows) {
+    for (int64_t t = 0; t < n; ++t) get_row(table, ids[t], out + t * C);
+    return {};
+  }
+  std::vector<int32_t> distinct(ids.begin(), ids.end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  const size_t step = std::max<size_t>(1, rows->max_acquire());
+  for (size_t i0 = 0; i0 < distinct.size(); i0 += step) {
+    std::span<const int32_t> part(distinct.data() + i0, std::min(step, distinct.size() - i0));
+    DF_ASSIGN(cache::Pins pins, rows->acquire(0, part));
+    for (int64_t t = 0; t < n; ++t) {
+      const auto it = std::lower_bound(part.begin(), part.end(), ids[t]);
+      if (it == part.end() || *it != ids[t]) continue;
+      get_row(table.at(pins.data(size_t(it - part.begin()))), 0, out + t * C);
+    }
+  }
+  return {};
+}
+
 void swiglu(const float* gate, const float* up, int64_t n, float* y) { best_kernels().swiglu(n, gate, up, y); }
 
 void softmax(float* x, int64_t n) {

@@ -26,6 +26,7 @@ namespace df::cpu {
 
 struct ForwardWeights {
   model::Mat token_embd, output_norm, output;  // [n_vocab] x [n_embd], [n_embd] f32, [n_vocab] x [n_embd]
+  cache::RecordTier* token_rows = nullptr;     // token_embd's rows where they stream (then it has no data)
   std::vector<model::LayerWeights> layers;     // resident dense tensors per layer; empty when they stream
   cache::RecordTier* layer_tier = nullptr;     // dense layers, record (layer, 0), when `layers` is empty
   cache::RecordTier* expert_tier = nullptr;    // MoE models: routed experts, record (layer, expert)

@@ -9,8 +9,10 @@
 
 #include "diskformer/backend/cpu/kernels.h"
 #include "diskformer/backend/cpu/thread_pool.h"
+#include "diskformer/cache/tier.h"
 #include "diskformer/model/spec.h"
 #include "diskformer/model/weights.h"
+#include "diskformer/util/result.h"
 
 namespace df::cpu {
 
@@ -65,6 +67,10 @@ void rope_rotate(float* x, int n_heads, int head_dim, int n_rot, model::RopeStyl
 
 // Row `row` of an embedding table, dequantized to floats ([w.cols]).
 void get_row(const model::Mat& w, int64_t row, float* out);
+// out[t] ([table.cols] floats each) = row ids[t] of a per-token table: from `table` where it is resident (rows
+// nullptr), else through `rows`, its row tier (record (0, id); table keeps the shape and type): each distinct id's
+// row once, as many at a time as the tier pins. Errors: a failed read of a row.
+Status gather_rows(const model::Mat& table, cache::RecordTier* rows, std::span<const int32_t> ids, float* out);
 
 // y[i] = silu(gate[i]) * up[i], n a whole number of rows whose length is a multiple of 8 (Kernels::swiglu).
 void swiglu(const float* gate, const float* up, int64_t n, float* y);
