@@ -67,12 +67,7 @@ bool AdmissionTable::contains(Key key) const {
 
 CacheStats AdmissionTable::stats() const {
   CacheStats s = main_.stats();
-  const CacheStats& t = spill_.stats();
-  s.hits += t.hits, s.late_hits += t.late_hits, s.misses += t.misses, s.evictions += t.evictions;
-  s.bytes_loaded += t.bytes_loaded, s.load_errors += t.load_errors;
-  s.prefetch_issued += t.prefetch_issued, s.prefetch_used += t.prefetch_used;
-  s.prefetch_dropped += t.prefetch_dropped, s.prefetch_evicted_unused += t.prefetch_evicted_unused;
-  s.wait_ns += t.wait_ns;
+  s += spill_.stats();
   return s;
 }
 

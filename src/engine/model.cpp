@@ -176,12 +176,9 @@ ModelStats Model::stats() {
   // The row caches together: lookups, hits and rows read of the per-layer table and of the token embeddings.
   for (cache::RowCache* r : {row_tier_.get(), token_rows_.get()}) {
     if (!r) continue;
-    const cache::TierStats t = r->stats();
     if (!s.rows) s.rows = cache::TierStats{};
+    s.rows->cache += r->stats().cache;
     s.row_slots += r->slots();
-    cache::CacheStats& c = s.rows->cache;
-    c.hits += t.cache.hits, c.late_hits += t.cache.late_hits, c.misses += t.cache.misses;
-    c.evictions += t.cache.evictions, c.bytes_loaded += t.cache.bytes_loaded, c.wait_ns += t.cache.wait_ns;
   }
   if (s.rows) s.streamed_row_bytes = s.rows->cache.bytes_loaded;
   backend_->add_stats(s);

@@ -41,6 +41,15 @@ struct CacheStats {
   uint64_t wait_ns = 0;             // time callers spent blocked on reads
 
   uint64_t lookups() const { return hits + late_hits + misses; }
+  // Two tables' counters as one (an admission's parts, a model's row caches).
+  CacheStats& operator+=(const CacheStats& t) {
+    hits += t.hits, late_hits += t.late_hits, misses += t.misses, evictions += t.evictions;
+    bytes_loaded += t.bytes_loaded, load_errors += t.load_errors;
+    prefetch_issued += t.prefetch_issued, prefetch_used += t.prefetch_used;
+    prefetch_dropped += t.prefetch_dropped, prefetch_evicted_unused += t.prefetch_evicted_unused;
+    wait_ns += t.wait_ns;
+    return *this;
+  }
   double hit_rate() const { return lookups() ? double(hits + late_hits) / double(lookups()) : 0.0; }
 };
 
