@@ -296,13 +296,17 @@ void Server::Impl::routes() {
     return HandlerResponse::Handled;
   }));
 
-  http.set_logger([this](const Request& req, const Response& res) {
+  // Counted before the response goes out (the logger runs after it is written), so that a client that reads
+  // /metrics once its reply has arrived sees that reply counted.
+  http.set_post_routing_handler([this](const Request& req, Response& res) {
     std::string route = "other";
     for (const char* r : kRoutes)
       if (req.path == r) route = r;
     for (const PageAsset& a : page_assets())
       if (req.path == a.path) route = "/";
     counters.add(route, res.status);
+  });
+  http.set_logger([this](const Request& req, const Response& res) {
     if (o.log_requests)
       std::fprintf(stderr, "diskformer serve: %s %s %s %d\n", req.remote_addr.c_str(), req.method.c_str(),
                    req.path.c_str(), res.status);
