@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cuda/mmq.cuh"
 #include "diskformer/backend/cpu/dequant.h"
 #include "diskformer/backend/cpu/ops.h"
 #include "gpu/gpu_support.h"
@@ -182,6 +183,134 @@ TEST_P(CudaKQuant, MatmulMatchesTheDequantizedReference) {
   }
 }
 
+// The int8 tensor-core products (mmq.cu's piece kernels), dense and grouped by expert, on ragged shapes: rows past a
+// 64-row tile, token counts past 32 and 64, an expert with several items of slots and one with a single slot, and
+// for the 32-element types 9 blocks a row (a last stage of one piece). Rows of 630 (Q6_K) or 198 (Q5_0) bytes start
+// 2 bytes past a word, so half of them are copied through shifted windows. Each against the dequantized reference,
+// against the dp4a kernels within the summation order's tolerance (the same Q8_0 activations; the block terms are
+// the same operations but for the per-16 scaled types, whose halves are rounded apart), and every 64-row tile shape
+// bit for bit alike.
+TEST_P(CudaKQuant, TensorCoreProductsMatchTheReferenceAndTheDp4aKernels) {
+  DF_REQUIRE_GPU();
+  const GgmlType t = GetParam();
+  const int64_t cols = gguf::type_info(t)->block_elems == 256 ? 768 : 288, rows = 100;
+  const uint64_t q8_stride = uint64_t(cols / 32) * 34;
+  auto dp4a_tol = [&](const std::vector<float>& w, const float* xq) {
+    return 1.1 * sum_order_tolerance(cols, reference(w, xq).tol * std::ldexp(1.0, 14));
+  };
+  // Dense.
+  {
+    const HostMat w = random_mat(t, rows, cols, 61);
+    std::vector<std::vector<float>> wr(rows);
+    for (int64_t r = 0; r < rows; ++r) wr[r] = cpu_row(w, r);
+    cuda::DeviceBuffer dw(w.bytes.size());
+    dw.upload(w.bytes.data(), w.bytes.size());
+    for (int64_t n_tok : {int64_t(17), int64_t(100)}) {
+      const auto x = random_floats(n_tok * cols, 62 + uint32_t(n_tok), -2.0f, 2.0f);
+      const auto xq = q8_round(x);
+      auto dx = cuda::to_device(x);
+      cuda::DeviceBuffer q8(cuda::q8_scratch_bytes(t, cols, n_tok)), dy(n_tok * rows * 4), dref(n_tok * rows * 4);
+      cuda::quantize_q8_0({.x = dx.as<float>(), .y = q8.as<uint8_t>(), .n_rows = n_tok, .cols = cols});
+      cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = n_tok, .y = dref.as<float>(),
+                    .x_q8 = q8.as<uint8_t>(), .use_mma = false});
+      const auto ref = download<float>(dref, n_tok * rows);
+      std::vector<float> first;
+      for (const cuda::mmq::Tile tile : {cuda::mmq::Tile{64, 32}, cuda::mmq::Tile{64, 64}}) {
+        DF_CUDA_CHECK(cudaMemset(dy.data(), 0xff, dy.size()));  // NaN: an output never written fails
+        cuda::mmq::dense(dmat(w, dw), q8.as<uint8_t>(), q8_stride, n_tok, dy.as<float>(), nullptr, tile);
+        const auto got = download<float>(dy, n_tok * rows);
+        if (first.empty()) {
+          first = got;
+          Tally tally{"mmq_dense", t};
+          double worst = 0;
+          for (int64_t j = 0; j < n_tok; ++j)
+            for (int64_t r = 0; r < rows; ++r) {
+              const size_t i = j * rows + r;
+              tally.add(got[i], reference(wr[r], xq.data() + j * cols));
+              const double tol = dp4a_tol(wr[r], xq.data() + j * cols);
+              ASSERT_LE(std::fabs(double(got[i]) - double(ref[i])), tol)
+                  << "token " << j << " row " << r << " got " << got[i] << " dp4a " << ref[i];
+              worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])) / tol);
+            }
+          tally.report(std::to_string(rows) + "x" + std::to_string(cols) + " n_tok " + std::to_string(n_tok));
+          std::printf("[kquant] mmq_dense      %-6s: worst diff to the dp4a kernel %.3f of its tolerance\n",
+                      std::string(gguf::type_name(t)).c_str(), worst);
+        } else {
+          EXPECT_EQ(got, first) << "tile 64x" << tile.tokens << " n_tok " << n_tok;
+        }
+      }
+    }
+  }
+  // Grouped: 9 experts, 100 tokens, top-2; expert 0 takes 75 slots (items of 64 and 11), expert 3 one, expert 8 none.
+  const int64_t n_expert = 9, n_tok = 100;
+  const int n_used = 2;
+  const int64_t n_slots = n_tok * n_used;
+  std::vector<int32_t> ids(n_slots);
+  for (int64_t j = 0; j < n_tok; ++j) {
+    ids[j * 2] = j < 75 ? 0 : int32_t(1 + j % 2);
+    ids[j * 2 + 1] = j == 50 ? 3 : int32_t(4 + j % 4);
+  }
+  const HostMat w = random_mat(t, n_expert * rows, cols, 63);
+  cuda::DeviceBuffer dw(w.bytes.size());
+  dw.upload(w.bytes.data(), w.bytes.size());
+  const model::Mat one{t, dw.as<uint8_t>(), cols, rows, w.row_bytes};
+  const uint64_t stride = rows * w.row_bytes;
+  auto dids = cuda::to_device(ids);
+  const int32_t ts = cuda::moe_tile_slots(t);
+  ASSERT_EQ(ts, 32);
+  ASSERT_TRUE(cuda::int8_mma_type(t));
+  const int64_t max_tiles = cuda::moe_max_tiles(n_slots, n_expert, ts);
+  cuda::DeviceBuffer order(n_slots * 4), tiles((1 + 3 * max_tiles) * 4);
+  cuda::moe_plan({.ids = dids.as<int32_t>(), .n_slots = n_slots, .n_expert = int32_t(n_expert),
+                  .order = order.as<int32_t>(), .tiles = tiles.as<int32_t>(), .tile_slots = ts});
+  for (bool per_slot : {false, true}) {
+    const int64_t n_in = per_slot ? n_slots : n_tok;
+    const auto x = random_floats(n_in * cols, per_slot ? 64 : 65, -2.0f, 2.0f);
+    const auto xq = q8_round(x);
+    auto dx = cuda::to_device(x);
+    const uint64_t out_bytes = n_slots * rows * 4;
+    cuda::DeviceBuffer y(out_bytes), y_slot(out_bytes), scratch(cuda::q8_scratch_bytes(t, cols, n_slots));
+    cuda::DeviceBuffer gathered(n_slots * cols * 4);
+    DF_CUDA_CHECK(cudaMemset(y.data(), 0xff, out_bytes));
+    cuda::moe_matmul_grouped({.w = one, .expert_stride = stride, .n_expert = int32_t(n_expert),
+                              .order = order.as<int32_t>(), .tiles = tiles.as<int32_t>(), .n_slots = n_slots,
+                              .n_used = n_used, .x = dx.as<float>(), .x_per_slot = per_slot,
+                              .gathered = gathered.as<float>(), .y = y.as<float>(),
+                              .scratch = scratch.as<uint8_t>(), .tile_slots = ts});
+    const auto got = download<float>(y, n_slots * rows);
+    cuda::moe_matmul({.w = one, .expert_stride = stride, .n_expert = int32_t(n_expert), .ids = dids.as<int32_t>(),
+                      .n_tok = n_tok, .n_used = n_used, .x = dx.as<float>(), .x_per_slot = per_slot,
+                      .y = y_slot.as<float>(), .scratch = scratch.as<uint8_t>()});
+    const auto ref = download<float>(y_slot, n_slots * rows);
+    Tally tally{"mmq_grouped", t};
+    double worst = 0;
+    for (int64_t v = 0; v < n_slots; ++v) {
+      const float* xin = xq.data() + (per_slot ? v : v / n_used) * cols;
+      for (int64_t r = 0; r < rows; ++r) {
+        const std::vector<float> wv = cpu_row(w, ids[v] * rows + r);
+        const size_t i = v * rows + r;
+        tally.add(got[i], reference(wv, xin));
+        const double tol = dp4a_tol(wv, xin);
+        ASSERT_LE(std::fabs(double(got[i]) - double(ref[i])), tol)
+            << "slot " << v << " row " << r << " per_slot " << per_slot << " got " << got[i] << " dp4a " << ref[i];
+        worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])) / tol);
+      }
+    }
+    tally.report(std::to_string(rows) + "x" + std::to_string(cols) + (per_slot ? " input per slot" : " input per token"));
+    std::printf("[kquant] mmq_grouped    %-6s: worst diff to the per-slot dp4a kernel %.3f of its tolerance\n",
+                std::string(gguf::type_name(t)).c_str(), worst);
+    // The 32-slot tile shape: the same results bit for bit.
+    cuda::DeviceBuffer xq8(cuda::q8_scratch_bytes(t, cols, n_in));
+    cuda::quantize_q8_0({.x = dx.as<float>(), .y = xq8.as<uint8_t>(), .n_rows = n_in, .cols = cols});
+    DF_CUDA_CHECK(cudaMemset(y.data(), 0xff, out_bytes));
+    cuda::mmq::grouped({.w = one, .expert_stride = stride, .n_expert = int32_t(n_expert), .order = order.as<int32_t>(),
+                        .tiles = tiles.as<int32_t>(), .max_tiles = max_tiles, .tile_slots = ts,
+                        .act = xq8.as<uint8_t>(), .act_stride = q8_stride, .act_div = per_slot ? 1 : n_used,
+                        .y = y.as<float>(), .tile = {64, 32}});
+    EXPECT_EQ(download<float>(y, n_slots * rows), got) << "per_slot " << per_slot;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, CudaKQuant, ::testing::ValuesIn(kTypes), type_param_name);
 
 // One expert's three matrices of different types, stacked as a file stores them: [n_expert][rows][cols] each.
@@ -191,8 +320,8 @@ struct Experts {
 
 // The routed-expert products on records of mixed types (gate and up of one type, down of another, as Q4_K_M files
 // have them): per (token, slot), and grouped by expert in the plan's tiles (moe_tile_slots), each slot against its
-// expert's dequantized rows; grouped and per-slot results equal bit for bit (the same operations per slot) except
-// where Q4_0/Q8_0 tiles run on the tensor cores.
+// expert's dequantized rows (the grouped tiles of more than 8 slots run on the tensor cores, which sum in another
+// order than the per-slot kernel).
 struct MixCase {
   GgmlType gate_up, down;
 };
@@ -256,8 +385,8 @@ TEST_P(CudaKQuantExperts, RoutedProductsOfMixedRecordsMatchTheReference) {
                               .gathered = gathered.as<float>(), .y = y2.as<float>(),
                               .scratch = scratch.as<uint8_t>(), .tile_slots = ts});
     auto grouped = download<float>(y2, n_slots * p.rows);
-    // Tiles of more than 8 slots of Q4_0/Q8_0 run on the tensor cores, which sum in another order: those are held
-    // to the reference instead of the per-slot kernel.
+    // Tiles of more than 8 slots run on the tensor cores, which sum in another order: those are held to the
+    // reference instead of the per-slot kernel.
     const bool exact = !(ts > 8 && cuda::int8_mma_type(p.w.type));
     Tally tally{"moe_matmul", p.w.type}, tally_grouped{"moe_grouped", p.w.type};
     int64_t grouped_diff = 0;
@@ -330,21 +459,21 @@ TEST(CudaKQuantThroughput, DecodePrefillAndExperts) {
       a.parts[0] = {.w = dmat(w, dw), .y = dy.as<float>()};
       const double ms = time_ms(30, [&] { cuda::decode_matvec(a); });
       const double gb = double(w.bytes.size()) / 1e6;
-      // Prefill: 512 tokens, through the f16 tiles and through the warp-per-row kernel.
+      // Prefill: 512 tokens, through the f16 tiles and (without their workspace) the int8 tensor cores.
       cuda::DeviceBuffer work(cuda::dequant_work_bytes(2048, 512));
       const double ms_tiles = time_ms(5, [&] {
         cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = 512, .y = dy.as<float>(),
                       .scratch = xq.as<uint8_t>(), .stream = stream, .dequant = work.as<uint8_t>()});
       });
-      const double ms_warp = time_ms(3, [&] {
+      const double ms_mma = time_ms(5, [&] {
         cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = 512, .y = dy.as<float>(),
                       .scratch = xq.as<uint8_t>(), .stream = stream});
       });
       const double tflop = 2.0 * 512 * double(rows) * 2048 / 1e12;
       std::printf("[kquant-throughput] %-6s %lldx2048: decode %.4f ms (%.0f GB/s); prefill 512 tokens: f16 tiles "
-                  "%.3f ms (%.1f TFLOP/s), warp kernel %.3f ms (%.1f TFLOP/s)\n",
-                  tn.c_str(), (long long)rows, ms, gb / ms, ms_tiles, tflop / (ms_tiles / 1e3), ms_warp,
-                  tflop / (ms_warp / 1e3));
+                  "%.3f ms (%.1f TFLOP/s), int8 tensor cores %.3f ms (%.1f TOPS)\n",
+                  tn.c_str(), (long long)rows, ms, gb / ms, ms_tiles, tflop / (ms_tiles / 1e3), ms_mma,
+                  tflop / (ms_mma / 1e3));
     }
   }
   // Routed experts of one decode token: gate and up Q4_K, down Q6_K, 128 experts of 768 x 2048, 8 used.

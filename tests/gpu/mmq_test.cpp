@@ -1,5 +1,5 @@
 // The int8 tensor-core products (mmq.cu) behind matmul() for Q4_0/Q8_0 batches of kMmaMinTokens or more and behind
-// moe_matmul_grouped() with tiles of more than 8 slots: against the CPU reference and against the warp-per-row dp4a
+// moe_matmul_grouped() with tiles of more than 8 slots (the piece types' kernels: kquant_test.cpp): against the CPU reference and against the warp-per-row dp4a
 // kernels, on ragged shapes (rows not a multiple of the 64-row tile, token counts not a multiple of 32 or 64, rows
 // whose block count is not a multiple of the 4-block stage, experts with 0, 1 and several tiles of slots), and every
 // block tile shape forced in turn, which must give the same results bit for bit. Then the Qwen3-30B-A3B prefill
@@ -340,8 +340,9 @@ TEST(CudaMmqThroughput, DenseQ4_0Prefill512) {
 }
 
 // One MoE layer's routed experts at prefill: 128 experts, 512 tokens x top-8 (distinct random experts per token),
-// gate (768 x 2048, input per token) and down (2048 x 768, input per slot); plan + quantization + product timed.
-TEST(CudaMmqThroughput, GroupedExpertsQ4_0Prefill512) {
+// gate (768 x 2048, input per token) and down (2048 x 768, input per slot); plan + quantization + product timed, in
+// Q4_0 and in the types of a Q4_K_M file's experts (Q4_K, Q6_K).
+TEST(CudaMmqThroughput, GroupedExpertsPrefill512) {
   DF_REQUIRE_GPU();
   const int64_t X = 128, n_tok = 512;
   const int K = 8;
@@ -358,17 +359,19 @@ TEST(CudaMmqThroughput, GroupedExpertsQ4_0Prefill512) {
   std::vector<int32_t> distinct = ids;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
   for (auto [rows, cols, per_slot] :
        {std::tuple<int64_t, int64_t, bool>{768, 2048, false}, std::tuple<int64_t, int64_t, bool>{2048, 768, true}}) {
-    const HostMat w = random_q4(X * rows, cols, 232);
+    const bool pieces = type != GgmlType::Q4_0;
+    const HostMat w = pieces ? random_mat(type, X * rows, cols, 232) : random_q4(X * rows, cols, 232);
     cuda::DeviceBuffer dw(w.bytes.size());
     dw.upload(w.bytes.data(), w.bytes.size());
-    const model::Mat one{GgmlType::Q4_0, dw.as<uint8_t>(), cols, rows, w.row_bytes};
+    const model::Mat one{type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
     const uint64_t stride = uint64_t(rows) * w.row_bytes;
     const int64_t n_in = per_slot ? n_slots : n_tok;
     const auto x = random_floats(n_in * cols, 233);
     auto dx = cuda::to_device(x);
-    cuda::DeviceBuffer dy(n_slots * rows * 4), scratch(cuda::q8_scratch_bytes(GgmlType::Q4_0, cols, n_slots));
+    cuda::DeviceBuffer dy(n_slots * rows * 4), scratch(cuda::q8_scratch_bytes(type, cols, n_slots));
     cuda::DeviceBuffer gathered(n_slots * cols * 4), order(n_slots * 4);
     cuda::DeviceBuffer tiles((1 + 3 * cuda::moe_max_tiles(n_slots, X)) * 4);
     auto run = [&](int32_t ts) {
@@ -380,33 +383,38 @@ TEST(CudaMmqThroughput, GroupedExpertsQ4_0Prefill512) {
                                 .gathered = gathered.as<float>(), .y = dy.as<float>(),
                                 .scratch = scratch.as<uint8_t>(), .tile_slots = ts});
     };
-    const int32_t ts = cuda::moe_tile_slots(GgmlType::Q4_0);
+    const int32_t ts = cuda::moe_tile_slots(type);
     const double ms_old = time_ms(3, [&] { run(8); });
     const double ms = time_ms(10, [&] { run(ts); });
     const auto got = download<float>(dy, n_slots * rows);
-    for (int64_t v : {int64_t(0), int64_t(1234), n_slots - 1})
-      check_sample(w, int64_t(ids[v]) * rows, x.data() + (per_slot ? v : v / K) * cols,
-                   got.data() + v * rows, {0, 5, 64, rows - 1});
+    // The piece types' reference takes the dequantized rows (kquant_test.cpp); the CPU's products round their
+    // activations in blocks of 256.
+    if (!pieces)
+      for (int64_t v : {int64_t(0), int64_t(1234), n_slots - 1})
+        check_sample(w, int64_t(ids[v]) * rows, x.data() + (per_slot ? v : v / K) * cols,
+                     got.data() + v * rows, {0, 5, 64, rows - 1});
     const double ops = 2.0 * double(n_slots) * double(rows) * double(cols);
     const double bytes = double(distinct.size()) * double(stride);
-    std::printf("[throughput] mmq grouped Q4_0 %lld experts %lldx%lld top-%d n_tok %lld %s (tile %d, plan + quantize "
+    const std::string tn(gguf::type_name(type));
+    std::printf("[throughput] mmq grouped %s %lld experts %lldx%lld top-%d n_tok %lld %s (tile %d, plan + quantize "
                 "+ product): %.3f ms, %.1f TOPS, %.0f GB/s of distinct expert weights; 8-slot dp4a tiles %.3f ms "
                 "(%.1f TOPS), %.1fx\n",
-                (long long)X, (long long)rows, (long long)cols, K, (long long)n_tok,
+                tn.c_str(), (long long)X, (long long)rows, (long long)cols, K, (long long)n_tok,
                 per_slot ? "input per slot" : "input per token", ts, ms, ops / ms / 1e9, bytes / ms / 1e6, ms_old,
                 ops / ms_old / 1e9, ms_old / ms);
     // The product alone (plan and quantized input ready), per tile shape.
     cuda::quantize_q8_0({.x = dx.as<float>(), .y = scratch.as<uint8_t>(), .n_rows = n_in, .cols = cols});
     for (const auto tile : kTiles) {
+      if (pieces && tile.rows != 64) continue;
       const double ms_t = time_ms(20, [&] {
         cuda::mmq::grouped({.w = one, .expert_stride = stride, .n_expert = int32_t(X), .order = order.as<int32_t>(),
                             .tiles = tiles.as<int32_t>(), .max_tiles = cuda::moe_max_tiles(n_slots, X, ts),
                             .tile_slots = ts, .act = scratch.as<uint8_t>(), .act_stride = uint64_t(cols / 32) * 34,
                             .act_div = per_slot ? 1 : K, .y = dy.as<float>(), .tile = tile});
       });
-      EXPECT_EQ(download<float>(dy, n_slots * rows), got) << "tile " << tile.rows << "x" << tile.tokens;
-      std::printf("[throughput]   product only, tile %dx%d: %.3f ms, %.1f TOPS, %.0f GB/s of distinct expert "
-                  "weights\n", tile.rows, tile.tokens, ms_t, ops / ms_t / 1e9, bytes / ms_t / 1e6);
+      EXPECT_EQ(download<float>(dy, n_slots * rows), got) << tn << " tile " << tile.rows << "x" << tile.tokens;
+      std::printf("[throughput]   %s product only, tile %dx%d: %.3f ms, %.1f TOPS, %.0f GB/s of distinct expert "
+                  "weights\n", tn.c_str(), tile.rows, tile.tokens, ms_t, ops / ms_t / 1e9, bytes / ms_t / 1e6);
     }
   }
 }

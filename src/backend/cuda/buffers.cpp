@@ -6,8 +6,6 @@ namespace df::cuda {
 
 namespace {
 constexpr uint64_t kQ8Bytes = 34;  // one Q8_0 block: f16 scale + 32 int8
-// The tensor-core types (mmq.cu).
-bool mma_type(gguf::GgmlType t) { return t == gguf::GgmlType::Q4_0 || t == gguf::GgmlType::Q8_0; }
 }  // namespace
 
 bool q8_activation_type(gguf::GgmlType t) {
@@ -29,7 +27,9 @@ bool q8_activation_type(gguf::GgmlType t) {
   }
 }
 
-bool dequant_prefill_type(gguf::GgmlType t) { return q8_activation_type(t) && !mma_type(t); }
+bool dequant_prefill_type(gguf::GgmlType t) {
+  return q8_activation_type(t) && t != gguf::GgmlType::Q4_0 && t != gguf::GgmlType::Q8_0;
+}
 
 uint64_t dequant_work_bytes(int64_t cols, int64_t n_tok) {
   return uint64_t(cols) * uint64_t(n_tok + kDequantTileRows) * 2;
@@ -55,7 +55,7 @@ int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots) {
 
 int32_t moe_tile_slots(gguf::GgmlType t) { return q8_activation_type(t) ? 32 : 8; }
 
-bool int8_mma_type(gguf::GgmlType t) { return mma_type(t); }
+bool int8_mma_type(gguf::GgmlType t) { return q8_activation_type(t); }
 
 const char* buf_name(Buf b) {
   static const char* const names[kBufCount] = {

@@ -75,7 +75,12 @@ struct Piece {
   float m[2];   // offset of each half (0 for the types without one)
 };
 
-__device__ __forceinline__ uint32_t ld(const uint8_t* p) { return uint32_t(dev::load_i32_a2(p)); }
+// A word of codes: two 16-bit halves, or (kA4: the caller knows the address 4-byte aligned) one 32-bit load.
+template <bool kA4 = false>
+__device__ __forceinline__ uint32_t ld(const uint8_t* p) {
+  if constexpr (kA4) return *reinterpret_cast<const uint32_t*>(p);
+  return uint32_t(dev::load_i32_a2(p));
+}
 __device__ __forceinline__ float f16(const uint8_t* p) { return dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(p)); }
 
 // Bits 0..3 of x to bit 4 of bytes 0..3: a nibble of fifth bits made an addend of each code.
@@ -112,9 +117,15 @@ __device__ __forceinline__ int q3_scale(int j, const uint8_t* s) {
   return (low | (high << 4)) - 32;
 }
 
-// Piece p (elements 32p .. 32p+31) of a row of type T.
-template <GgmlType T>
+// Whether a type's pieces can be read as 32-bit words from blocks that start 4-byte aligned (every word of codes
+// lies at a multiple of 4 inside its block, and the block length keeps the next block aligned).
+__host__ __device__ constexpr bool word_aligned_blocks(GgmlType t) { return block_bytes(t) % 4 == 0; }
+
+// Piece p (elements 32p .. 32p+31) of a row of type T. kA4: the row starts 4-byte aligned and
+// word_aligned_blocks(T), so the words of codes are read whole.
+template <GgmlType T, bool kA4 = false>
 __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t p) {
+  static_assert(!kA4 || word_aligned_blocks(T));
   Piece o;
   if constexpr (!super_block(T)) {
     const uint8_t* b = row + p * block_bytes(T);
@@ -124,11 +135,11 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
     if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) o.m[0] = o.m[1] = f16(b + 2);
     const uint8_t* qs = b + (T == GgmlType::IQ4_NL ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8);
     uint32_t qh = 0;
-    if constexpr (T == GgmlType::Q5_0) qh = ld(b + 2);
-    if constexpr (T == GgmlType::Q5_1) qh = ld(b + 4);
+    if constexpr (T == GgmlType::Q5_0) qh = ld<kA4>(b + 2);
+    if constexpr (T == GgmlType::Q5_1) qh = ld<kA4>(b + 4);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t w = ld(qs + 4 * k);
+      const uint32_t w = ld<kA4>(qs + 4 * k);
       uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
       if constexpr (T == GgmlType::IQ4_NL) {
         lo = iq4_lookup(lo), hi = iq4_lookup(hi);
@@ -155,7 +166,7 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       const uint8_t* qs = b + 16 + 32 * (j / 4);
       const int sh = 2 * (j % 4);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) o.q[k] = int((ld(qs + 4 * k) >> sh) & 0x03030303u);
+      for (int k = 0; k < 8; ++k) o.q[k] = int((ld<kA4>(qs + 4 * k) >> sh) & 0x03030303u);
     } else if constexpr (T == GgmlType::Q3_K) {
       const float d = f16(b + 108);
       o.d[0] = d * float(q3_scale(2 * j, b + 96));
@@ -165,8 +176,8 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       const int sh = 2 * (j % 4);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        const uint32_t lo = (ld(qs + 4 * k) >> sh) & 0x03030303u;
-        const uint32_t hb = (ld(b + 4 * k) >> j) & 0x01010101u;  // set: +0, clear: -4
+        const uint32_t lo = (ld<kA4>(qs + 4 * k) >> sh) & 0x03030303u;
+        const uint32_t hb = (ld<kA4>(b + 4 * k) >> j) & 0x01010101u;  // set: +0, clear: -4
         o.q[k] = int(__vsubss4(lo, (hb ^ 0x01010101u) << 2));
       }
     } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
@@ -179,8 +190,8 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       const int sh = 4 * (j % 2);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        uint32_t q = (ld(qs + 4 * k) >> sh) & 0x0f0f0f0fu;
-        if constexpr (T == GgmlType::Q5_K) q |= ((ld(b + 16 + 4 * k) >> j) & 0x01010101u) << 4;
+        uint32_t q = (ld<kA4>(qs + 4 * k) >> sh) & 0x0f0f0f0fu;
+        if constexpr (T == GgmlType::Q5_K) q |= ((ld<kA4>(b + 16 + 4 * k) >> j) & 0x01010101u) << 4;
         o.q[k] = int(q);
       }
     } else if constexpr (T == GgmlType::Q6_K) {
@@ -194,8 +205,8 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       const uint8_t* qh = b + 128 + 32 * n;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        const uint32_t lo = (ld(ql + 4 * k) >> (4 * (g / 2))) & 0x0f0f0f0fu;
-        const uint32_t hi = (ld(qh + 4 * k) >> (2 * g)) & 0x03030303u;
+        const uint32_t lo = (ld<kA4>(ql + 4 * k) >> (4 * (g / 2))) & 0x0f0f0f0fu;
+        const uint32_t hi = (ld<kA4>(qh + 4 * k) >> (2 * g)) & 0x03030303u;
         o.q[k] = int(__vsubss4(lo | (hi << 4), 0x20202020u));
       }
     } else {  // IQ4_XS
@@ -207,7 +218,7 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       const uint8_t* qs = b + 8 + 16 * j;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const uint32_t w = ld(qs + 4 * k);
+        const uint32_t w = ld<kA4>(qs + 4 * k);
         o.q[k] = int(iq4_lookup(w & 0x0f0f0f0fu));
         o.q[k + 4] = int(iq4_lookup((w >> 4) & 0x0f0f0f0fu));
       }

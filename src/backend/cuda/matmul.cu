@@ -9,9 +9,10 @@
 //   - F16 / BF16: activations rounded to f16 / bf16 as the CPU converts them, f32 fused multiply-adds.
 //   - F32: f32 fused multiply-adds.
 // Float weights for a few vectors take a block per row (float_matvec_kernel); F32 batches go to cuBLAS (blas.cpp),
-// and so do prefill batches of the K-quant, IQ4 and offset types, through dequantized f16 tiles (dequant_products).
-// The routed-expert variant picks a weight matrix per input vector from ids read on the device. Q4_0/Q8_0 prefill
-// batches go to the tensor-core kernel of mmq.cu instead.
+// and so do dense prefill batches of the K-quant, IQ4 and offset types, through dequantized f16 tiles
+// (dequant_products). The routed-expert variant picks a weight matrix per input vector from ids read on the device.
+// The other quantized prefill batches, and the routed experts' tiles of more than 8 slots, go to the tensor-core
+// kernels of mmq.cu instead.
 #include <algorithm>
 
 #include "backend/cuda/blas.h"
@@ -31,7 +32,6 @@ using gguf::GgmlType;
 namespace {
 
 constexpr int kTile = 8;    // input vectors per block column
-constexpr int kPieceTile = 32;  // moe_grouped_kernel's slots per tile for the piece types (moe_tile_slots)
 constexpr int kWarps = 4;   // weight rows per block
 constexpr int kFvThreads = 256;  // float_matvec_kernel: threads per weight row
 
@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // grid: (ceil(rows / kWarps), max tiles); block column ty multiplies tile ty of moe_plan's tiles (blocks past the
-// actual count leave). act holds the gathered inputs in plan order. NT: the plan's tile size, kTile, or
-// kPieceTile for the piece types (their rows' decoding then serves 32 slots).
+// actual count leave). act holds the gathered inputs in plan order. NT: the plan's tile size, kTile.
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_grouped_kernel(const uint8_t* __restrict__ w, uint64_t expert_stride, int32_t n_expert,
@@ -262,11 +261,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // ---- Prefill of the K-quant, IQ4 and offset types: dequantized f16 tiles and cuBLAS.
 //
-// Why not mmq.cu's int8 tensor cores: their tiles carry one scale per 32 codes and no offsets, while Q2_K, Q3_K and
-// Q6_K scale every 16 codes and the types with mins also need each activation block's sum; teaching the tiles all
-// of that is a kernel per layout. A dequantized tile needs none of it: each row of weights is decoded once per
-// product (not once per 8 tokens as in the warp-per-row kernel), the product runs at cuBLAS's f16 tensor-core speed,
-// and f16 weights and activations are closer to the dequantized model than Q8_0 activations are.
+// Dense products of these types take this path rather than mmq.cu's int8 tiles (which the routed experts use: an
+// expert's few slots would not pay for dequantizing its matrix): each row of weights is decoded once per product,
+// the product runs at cuBLAS's f16 tensor-core speed, and f16 weights and activations are closer to the dequantized
+// model than Q8_0 activations are. Without a dequantization workspace, dense batches take mmq.cu too.
 
 // x [n] f32 -> f16 (round to nearest even), saturated at f16's largest finite value: an activation past 65504
 // (an outlier of a few layers' inputs) keeps its sign and bounds the product instead of making it infinite.
@@ -344,9 +342,9 @@ __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* _
   xg[idx] = x[int64_t(order[i] / div) * cols + c];
 }
 
-// The types whose products take Q8_0 activations; only Q4_0 and Q8_0 have the tensor-core kernels (mma_type).
+// The types whose products take Q8_0 activations, all of them with tensor-core kernels (mmq.cu).
 bool quantized(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || kq::piece_type(t); }
-bool mma_type(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+bool mma_type(GgmlType t) { return quantized(t); }
 
 void check_mat(const model::Mat& w) {
   DF_CHECK(w.data != nullptr && matmul_type_supported(w.type));
@@ -526,15 +524,7 @@ void moe_matmul(const MoeMatmulArgs& a) {
 namespace {
 
 template <GgmlType T>
-void launch_grouped(const MoeGroupedMatmulArgs& a, bool wide, dim3 grid, const uint8_t* act, uint64_t stride) {
-  if constexpr (kq::piece_type(T)) {
-    if (wide) {
-      moe_grouped_kernel<T, kPieceTile><<<grid, kWarps * 32, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert,
-                                                                            a.order, a.tiles, a.w.rows, a.w.cols,
-                                                                            a.w.row_bytes, act, stride, a.y);
-      return;
-    }
-  }
+void launch_grouped(const MoeGroupedMatmulArgs& a, dim3 grid, const uint8_t* act, uint64_t stride) {
   moe_grouped_kernel<T, kTile><<<grid, kWarps * 32, 0, a.stream>>>(a.w.data, a.expert_stride, a.n_expert, a.order,
                                                                    a.tiles, a.w.rows, a.w.cols, a.w.row_bytes, act,
                                                                    stride, a.y);
@@ -560,9 +550,8 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
                   .act_stride = stride, .act_div = a.x_per_slot ? 1 : a.n_used, .y = a.y, .stream = a.stream});
     return;
   }
-  // The warp-per-row kernel: tiles of kTile, or of kPieceTile for the piece types.
-  const bool wide = a.tile_slots > kTile;
-  DF_CHECK(!wide || (kq::piece_type(a.w.type) && a.tile_slots <= kPieceTile));
+  // The warp-per-row kernel: tiles of kTile.
+  DF_CHECK(a.tile_slots <= kTile);
   DF_CHECK(a.x != nullptr && a.gathered != nullptr);
   DF_CHECK(static_cast<const void*>(a.gathered) != static_cast<const void*>(a.x));
   const int64_t gx = (a.w.rows + kWarps - 1) / kWarps;
@@ -577,7 +566,7 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
   const dim3 grid{unsigned(gx), unsigned(max_tiles)};
   switch (a.w.type) {
 #define DF_GROUPED_CASE(T) \
-  case T: launch_grouped<T>(a, wide, grid, act, stride); break;
+  case T: launch_grouped<T>(a, grid, act, stride); break;
     DF_GROUPED_CASE(GgmlType::Q4_0)
     DF_GROUPED_CASE(GgmlType::Q8_0)
     DF_GROUPED_CASE(GgmlType::Q4_1)

@@ -1,5 +1,6 @@
 // Launchers of the int8 tensor-core products (mmq.cu) behind matmul() and moe_matmul_grouped() in matmul.cu.
-// Weights Q4_0 or Q8_0 as the file stores them; activations already quantized to Q8_0 rows of act_stride bytes.
+// Weights Q4_0, Q8_0 or a piece type (kquant.cuh) as the file stores them; activations already quantized to Q8_0 rows
+// of act_stride bytes. The piece types take 64-row tiles.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -36,11 +36,10 @@ uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t
 // moe_plan's tiles for n_slots (token, slot) pairs over n_expert experts: each expert with c slots makes at most
 // c / tile_slots + 1 tiles.
 int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots = 8);
-// The tile size for a weight type: 32 for Q4_0/Q8_0 (the tensor-core path) and for the other q8_activation_types
-// (the warp-per-row kernel, whose decoding of a weight row then serves 32 slots), 8 for the float types. A plan
-// serves the gate, up and down products alike, so a layer takes the smallest over its three types.
+// The tile size for a weight type: 32 for the q8_activation_types (the tensor-core path), 8 for the float types. A
+// plan serves the gate, up and down products alike, so a layer takes the smallest over its three types.
 int32_t moe_tile_slots(gguf::GgmlType weight_type);
-// The types of the int8 tensor-core kernels (mmq.cu): Q4_0, Q8_0.
+// The types of the int8 tensor-core kernels (mmq.cu): every q8_activation_type.
 bool int8_mma_type(gguf::GgmlType weight_type);
 
 enum class Buf : int {
