@@ -462,6 +462,47 @@ TEST(Kernels, Q4_KRowAgainstSeveralActivationsEqualsOneByOne) {
   }
 }
 
+TEST(Kernels, EightRowQ4_KDotsEqualTheOneRowOrders) {
+  // Eight Q4_K rows against 1 to kQ4KTileTokens activation rows: each (row, activation row) equals the scalar
+  // table's batched order below n_grouped and its one-row order after, bit for bit, in every table.
+  const Kernels& s = scalar_kernels();
+  for (int64_t n : {int64_t(256), int64_t(256 * 7)}) {
+    std::vector<std::vector<uint8_t>> rows;
+    const BlockQ4_K* w8[8];
+    for (int i = 0; i < 8; ++i) {
+      rows.push_back(random_weights(gguf::GgmlType::Q4_K, n, uint64_t(40 + i)));
+      w8[i] = reinterpret_cast<const BlockQ4_K*>(rows.back().data());
+    }
+    std::vector<Act> acts;
+    std::vector<const BlockQ8_K*> an;
+    for (int t = 0; t < kQ4KTileTokens; ++t) {
+      acts.push_back(quantize_for(gguf::GgmlType::Q4_K, randn(size_t(n), uint64_t(500 + t))));
+      an.push_back(reinterpret_cast<const BlockQ8_K*>(acts.back().bytes.data()));
+    }
+    for (const Kernels* k : all_tables())
+      for (int nt : {1, 2, 5, 8, 13, kQ4KTileTokens})
+        for (int grouped : {0, 4, 8, 60}) {
+          if (grouped > nt) continue;
+          std::vector<float> out(size_t(8 * nt));
+          k->dot8_q4_k_q8_k_x8(n, w8, an.data(), nt, grouped, out.data());
+          for (int t = 0; t < nt; ++t)
+            for (int i = 0; i < 8; ++i) {
+              float want;
+              if (t < grouped) {
+                const BlockQ8_K* a4[4] = {an[size_t(t)], an[size_t(t)], an[size_t(t)], an[size_t(t)]};
+                float o[4];
+                s.dot4_q4_k_q8_k_x8(n, w8[i], a4, o);
+                want = o[0];
+              } else {
+                want = s.dot_q4_k_q8_k_x8(n, w8[i], an[size_t(t)]);
+              }
+              ASSERT_EQ(bits(out[size_t(t * 8 + i)]), bits(want))
+                  << k->name << " n=" << n << " nt=" << nt << " grouped=" << grouped << " row " << i << " act " << t;
+            }
+        }
+  }
+}
+
 TEST(Kernels, Q6_KRowAgainstSeveralActivationsEqualsOneByOne) {
   // One Q6_K row against 1 to 8 activation rows: each result is dot_q6_k_q8_k's, bit for bit, in every table, and
   // the tables agree with the scalar one.

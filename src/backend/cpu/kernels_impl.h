@@ -56,6 +56,28 @@ void acts_one_by_one(int64_t n, const W* w, const A* const a[], int nt, float* o
   for (int t = 0; t < nt; ++t) out[t] = Dot(n, w, a[t]);
 }
 
+// dot8_q4_k_q8_k_x8 from a table's one-row entries: each row through dot4 (tokens below n_grouped, four at a time)
+// and dotn (the others, up to eight at a time).
+template <void (*Dot4)(int64_t, const BlockQ4_K*, const BlockQ8_K* const[4], float[4]),
+          void (*DotN)(int64_t, const BlockQ4_K*, const BlockQ8_K* const[], int, float*)>
+void rows8_q4_k(int64_t n, const BlockQ4_K* const w[8], const BlockQ8_K* const a[], int nt, int n_grouped,
+                float* out) {
+  for (int i = 0; i < 8; ++i) {
+    float o[4];
+    int t = 0;
+    for (; t + 4 <= n_grouped; t += 4) {
+      Dot4(n, w[i], a + t, o);
+      for (int k = 0; k < 4; ++k) out[(t + k) * 8 + i] = o[k];
+    }
+    for (; t < nt; t += 8) {
+      const int m = nt - t < 8 ? nt - t : 8;
+      float on[8];
+      DotN(n, w[i], a + t, m, on);
+      for (int k = 0; k < m; ++k) out[(t + k) * 8 + i] = on[k];
+    }
+  }
+}
+
 // The K-quant entries of each table (kernels_kquant_*.cpp), joined into the tables by kernels_*.cpp (the AVX-512
 // table takes the AVX2 Q8_K quantization).
 namespace scalar {
@@ -87,6 +109,8 @@ float dot_q4_k_q8_k(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 float dot_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 void dotn_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[], int nt, float* out);
 void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]);
+void dot8_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* const w[8], const BlockQ8_K* const a[], int nt, int n_grouped,
+                       float* out);
 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 void dotn_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out);

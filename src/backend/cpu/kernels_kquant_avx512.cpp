@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cpu/kernels_impl.h"
+#include "diskformer/backend/cpu/kernels.h"
 
 #define DF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
@@ -281,6 +282,103 @@ DF_AVX512 void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K*
     }
   }
   for (int t = 0; t < 4; ++t) out[t] = s[t] - sm[t];
+}
+
+// Eight Q4_K rows at once, their sums in the lanes of one vector (rows 0..7), the weight block unpacked once for all
+// nt activation rows: per 64-element chunk j of a block, four registers hold 16 code bytes of four rows each (a row
+// per 128-bit chunk) against the activation's matching 16 bytes broadcast to every chunk, so that after vpdpbusd
+// lane k of chunk r holds 4 products of row r; each chunk's four lanes then are summed into row r's lane (as
+// dot8_q4_0_q8_0_x8 does), times the sub-block's scales of the eight rows. The integer sums are the per-row kernels'
+// exactly; the multiply-adds are the same per lane: the batched order's per chunk, the one-row order's per block.
+namespace {
+
+// 16 bytes at offset off of rows 4h .. 4h + 3's block b, a row per 128-bit chunk.
+DF_AVX512 inline __m512i rows4(const BlockQ4_K* const w[8], int64_t b, int h, int off) {
+  __m512i c = _mm512_castsi128_si512(load128(w[4 * h][b].qs + off));
+  for (int r = 1; r < 4; ++r) c = _mm512_inserti32x4(c, load128(w[4 * h + r][b].qs + off), r);
+  return c;
+}
+
+// Row r's sum (chunk r of s0 for r < 4, of s1 for r >= 4) in lane r: the four lanes of each chunk added (exact).
+DF_AVX512 inline __m256i chunk_sums8(__m512i s0, __m512i s1) {
+  const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i x = _mm512_add_epi32(_mm512_unpacklo_epi32(s0, s1), _mm512_unpackhi_epi32(s0, s1));
+  const __m512i y = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_BADC));
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi32(pick, y));
+}
+
+}  // namespace
+
+DF_AVX512 void dot8_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* const w[8], const BlockQ8_K* const a[], int nt,
+                                 int n_grouped, float* out) {
+  const __m512i low4 = nibbles();
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  alignas(64) __m256 s[kQ4KTileTokens], sm[kQ4KTileTokens];
+  for (int t = 0; t < nt; ++t) s[t] = sm[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    // The eight rows' codes of the block: code[j][h][p], p = 0, 1 (elements 64j + 16p ..: sub-block 2j) and 2, 3
+    // (64j + 32 + 16(p - 2) ..: sub-block 2j + 1).
+    __m512i code[4][2][4];
+    for (int j = 0; j < 4; ++j)
+      for (int h = 0; h < 2; ++h) {
+        const __m512i c0 = rows4(w, b, h, 32 * j), c1 = rows4(w, b, h, 32 * j + 16);
+        code[j][h][0] = _mm512_and_si512(c0, low4);
+        code[j][h][1] = _mm512_and_si512(c1, low4);
+        code[j][h][2] = _mm512_and_si512(_mm512_srli_epi16(c0, 4), low4);
+        code[j][h][3] = _mm512_and_si512(_mm512_srli_epi16(c1, 4), low4);
+      }
+    // Scales as int32 lanes per sub-block, mins as int16 pairs per two sub-blocks (lane r: row r's), the rows' d and
+    // dmin.
+    alignas(32) int32_t sc[8][8];
+    alignas(32) int16_t mn[4][8][2];
+    alignas(16) uint16_t dh[8], mh[8];
+    for (int r = 0; r < 8; ++r) {
+      const ScalesMins scm = scales_mins(w[r][b].scales);
+      for (int k = 0; k < 8; ++k) sc[k][r] = scm.sc[k], mn[k / 2][r][k % 2] = int16_t(scm.mn[k]);
+      dh[r] = w[r][b].d, mh[r] = w[r][b].dmin;
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    const __m256 mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh)));
+    for (int t = 0; t < nt; ++t) {
+      const BlockQ8_K& y = a[t][b];
+      // The activation's bsums added in pairs (each sub-block's), as int16 pairs of two sub-blocks.
+      alignas(16) int32_t pairs[4];
+      const __m256i ps = _mm256_madd_epi16(load256(y.bsums), ones16);
+      _mm_store_si128(reinterpret_cast<__m128i*>(pairs),
+                      _mm_packs_epi32(_mm256_castsi256_si128(ps), _mm256_extracti128_si256(ps, 1)));
+      const __m256 dy = _mm256_mul_ps(dw, _mm256_set1_ps(y.d)), my = _mm256_mul_ps(mw, _mm256_set1_ps(y.d));
+      const bool grouped = t < n_grouped;
+      __m256i tot = _mm256_setzero_si256(), msum = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        __m512i sb[2][2];  // [sub-block 2j + k][row half]
+        for (int k = 0; k < 2; ++k) {
+          const __m512i a0 = _mm512_broadcast_i32x4(load128(y.qs + 64 * j + 32 * k));
+          const __m512i a1 = _mm512_broadcast_i32x4(load128(y.qs + 64 * j + 32 * k + 16));
+          for (int h = 0; h < 2; ++h)
+            sb[k][h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), code[j][h][2 * k], a0),
+                                           code[j][h][2 * k + 1], a1);
+        }
+        const __m256i tj = _mm256_add_epi32(
+            _mm256_mullo_epi32(chunk_sums8(sb[0][0], sb[0][1]), _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[2 * j]))),
+            _mm256_mullo_epi32(chunk_sums8(sb[1][0], sb[1][1]),
+                               _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[2 * j + 1]))));
+        const __m256i mj = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(mn[j])),
+                                             _mm256_set1_epi32(pairs[j]));
+        if (grouped) {
+          s[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tj), dy, s[t]);
+          sm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mj), my, sm[t]);
+        } else {
+          tot = _mm256_add_epi32(tot, tj);
+          msum = _mm256_add_epi32(msum, mj);
+        }
+      }
+      if (!grouped) {
+        s[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), dy, s[t]);
+        sm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), my, sm[t]);
+      }
+    }
+  }
+  for (int t = 0; t < nt; ++t) _mm256_storeu_ps(out + 8 * t, _mm256_sub_ps(s[t], sm[t]));
 }
 
 DF_AVX512 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a) {

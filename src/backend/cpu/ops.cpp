@@ -192,6 +192,25 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
       }
       return;
     }
+    if (w.type == GgmlType::Q4_K && order.x8 && jb.n_tok >= 2) {
+      // Eight rows at a time against tiles of activation rows, each token in its order (batched below
+      // order.grouped, one-row after).
+      constexpr int64_t kTile = kQ4KTileTokens;
+      for (int64_t t0 = 0; t0 < jb.n_tok; t0 += kTile) {
+        const int nt = int(std::min<int64_t>(kTile, jb.n_tok - t0));
+        const int grouped = int(std::clamp<int64_t>(order.grouped - t0, 0, nt));
+        const BlockQ8_K* an[kTile];
+        for (int i = 0; i < nt; ++i) an[i] = reinterpret_cast<const BlockQ8_K*>(act + (t0 + i) * arb);
+        for (int64_t r = r0; r < r1; r += 8) {
+          const BlockQ4_K* w8[8];
+          for (int i = 0; i < 8; ++i) w8[i] = reinterpret_cast<const BlockQ4_K*>(w.row(r + i));
+          float out[8 * kTile];
+          k.dot8_q4_k_q8_k_x8(w.cols, w8, an, nt, grouped, out);
+          for (int i = 0; i < nt; ++i) std::copy_n(out + 8 * i, 8, jb.y + (t0 + i) * w.rows + r);
+        }
+      }
+      return;
+    }
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* wr = w.row(r);
       int64_t t = 0;

@@ -36,6 +36,8 @@
 
 namespace df::cpu {
 
+constexpr int kQ4KTileTokens = 64;  // dot8_q4_k_q8_k_x8's most activation rows a call
+
 struct Kernels {
   const char* name;  // "scalar", "avx2", "avx512"
 
@@ -93,6 +95,13 @@ struct Kernels {
   // Four activation rows against one Q4_K row in the order of llama.cpp's batched 8-row kernel (gemm): as the x8
   // order, but one fused multiply-add per 64 elements (two sub-blocks) instead of per 256.
   void (*dot4_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]);
+  // Eight Q4_K rows against nt (1 to kQ4KTileTokens) activation rows: out[t * 8 + i] equals, bit for bit,
+  // dot4_q4_k_q8_k_x8's result of row i and activation row t for t < n_grouped (a multiple of 4: the batched order),
+  // and dot_q4_k_q8_k_x8(n, w[i], a[t]) for the others (the one-row order). The eight rows' sums sit in the lanes of
+  // one vector, so their integer sums need one reduction for eight rows and their multiply-adds run side by side,
+  // and each weight block is unpacked once for all nt activation rows.
+  void (*dot8_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* const w[8], const BlockQ8_K* const a[], int nt, int n_grouped,
+                            float* out);
   // dot_q6_k_q8_k of one row with nt (<= 8) activation rows: out[t] bit for bit dot_q6_k_q8_k(n, w, a[t]), the
   // row's codes and scales unpacked once for all of them (a Q4_K_M model's Q6_K matrices in a prompt batch).
   void (*dotn_q6_k_q8_k)(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out);
