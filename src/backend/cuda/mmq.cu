@@ -233,6 +233,29 @@ __device__ __forceinline__ void store_stage(const Stage<T, BM, BN>& st, Smem<BM,
   }
 }
 
+// The warp's fragments of block kb of a shared weight tile w and activation tile a (rows RowB bytes apart, the
+// warp's 32 rows from wm * 32, its BN / 2 tokens from wn * BN / 2): af[i] rows i * 16 .. + 15, bf[j] tokens j * 8 ..
+// + 7 (multiply_stage says the layouts). Unless kFull, token tiles at or past n_valid stay zero.
+template <int BN, int RowB, bool kFull>
+__device__ __forceinline__ void load_fragments(const int8_t* w, const int8_t* a, int wm, int wn, int lane, int kb,
+                                               int n_valid, uint32_t (&af)[2][4], uint32_t (&bf)[BN / 16][2]) {
+  // A matrices: rows +0-7 / +8-15 / +0-7 / +8-15, k half 0 / 0 / 1 / 1.
+  const int8_t* wbase = w + (wm * 32 + (lane & 7) + ((lane >> 3) & 1) * 8) * RowB + (lane >> 4) * 16 + kb * 32;
+  // B matrices: tokens +0-7 / +0-7 / +8-15 / +8-15, k half 0 / 1 / 0 / 1 (two 8-token tiles per ldmatrix).
+  const int8_t* abase = a + (wn * (BN / 2) + (lane & 7) + (lane >> 4) * 8) * RowB + ((lane >> 3) & 1) * 16 + kb * 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], wbase + i * 16 * RowB);
+#pragma unroll
+  for (int j2 = 0; j2 < BN / 32; ++j2) {
+    uint32_t r[4] = {};
+    if (kFull || j2 * 16 < n_valid) ldmatrix_x4(r, abase + j2 * 16 * RowB);
+    bf[2 * j2][0] = r[0];
+    bf[2 * j2][1] = r[1];
+    bf[2 * j2 + 1][0] = r[2];
+    bf[2 * j2 + 1][1] = r[3];
+  }
+}
+
 // The warp's 32 x BN/2 part over the first kbn blocks of shared buffer buf. Fragment layouts (PTX ISA, mma
 // m16n8k32 .s8): with g = lane / 4 and q = lane % 4, A register 0..3 holds row g / g+8 / g / g+8 at bytes 4q.. of k
 // half 0 / 0 / 1 / 1; B register 0 / 1 token g at bytes 4q.. of k half 0 / 1; C 0..3 row g / g / g+8 / g+8, token
@@ -245,26 +268,11 @@ __device__ __forceinline__ void multiply_stage(const Smem<BM, BN>& sm, int buf, 
                                                int n_valid, float (&acc)[2][BN / 16][4]) {
   constexpr int kNT = BN / 16;  // 8-token MMA tiles per warp
   const int g = lane / 4, q = lane % 4;
-  // A matrices: rows +0-7 / +8-15 / +0-7 / +8-15, k half 0 / 0 / 1 / 1.
-  const int8_t* wbase = sm.w[buf] + (wm * 32 + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowBytes + (lane >> 4) * 16;
-  // B matrices: tokens +0-7 / +0-7 / +8-15 / +8-15, k half 0 / 1 / 0 / 1 (two 8-token tiles per ldmatrix).
-  const int8_t* abase = sm.a[buf] + (wn * (BN / 2) + (lane & 7) + (lane >> 4) * 8) * kRowBytes + ((lane >> 3) & 1) * 16;
 #pragma unroll
   for (int kb = 0; kb < kKB; ++kb) {
     if (kb < kbn) {
-      uint32_t af[2][4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], wbase + i * 16 * kRowBytes + kb * 32);
-      uint32_t bf[kNT][2];
-#pragma unroll
-      for (int j2 = 0; j2 < kNT / 2; ++j2) {
-        uint32_t r[4] = {};
-        if (kFull || j2 * 16 < n_valid) ldmatrix_x4(r, abase + j2 * 16 * kRowBytes + kb * 32);
-        bf[2 * j2][0] = r[0];
-        bf[2 * j2][1] = r[1];
-        bf[2 * j2 + 1][0] = r[2];
-        bf[2 * j2 + 1][1] = r[3];
-      }
+      uint32_t af[2][4], bf[kNT][2];
+      load_fragments<BN, kRowBytes, kFull>(sm.w[buf], sm.a[buf], wm, wn, lane, kb, n_valid, af, bf);
       float2 dw[2][2];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
@@ -698,24 +706,11 @@ __device__ __forceinline__ void multiply_pieces(const PieceSmem<T, BM, BN>& sm, 
   using Sc = PieceScales<T>;
   constexpr int kNT = BN / 16;
   const int g = lane / 4, q = lane % 4;
-  const int8_t* wbase = sm.w + (wm * 32 + (lane & 7) + ((lane >> 3) & 1) * 8) * kPRowBytes + (lane >> 4) * 16;
-  const int8_t* abase = sm.a + (wn * (BN / 2) + (lane & 7) + (lane >> 4) * 8) * kPRowBytes + ((lane >> 3) & 1) * 16;
 #pragma unroll
   for (int kb = 0; kb < kPKB; ++kb) {
     if (kb >= kbn) break;
-    uint32_t af[2][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], wbase + i * 16 * kPRowBytes + kb * 32);
-    uint32_t bf[kNT][2];
-#pragma unroll
-    for (int j2 = 0; j2 < kNT / 2; ++j2) {
-      uint32_t r[4] = {};
-      if (kFull || j2 * 16 < n_valid) ldmatrix_x4(r, abase + j2 * 16 * kPRowBytes + kb * 32);
-      bf[2 * j2][0] = r[0];
-      bf[2 * j2][1] = r[1];
-      bf[2 * j2 + 1][0] = r[2];
-      bf[2 * j2 + 1][1] = r[3];
-    }
+    uint32_t af[2][4], bf[kNT][2];
+    load_fragments<BN, kPRowBytes, kFull>(sm.w, sm.a, wm, wn, lane, kb, n_valid, af, bf);
     typename Sc::W ws[2][2];
     float2 wm2[2][2];
 #pragma unroll
