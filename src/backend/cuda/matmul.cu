@@ -275,29 +275,32 @@ __global__ void to_f16_kernel(const float* __restrict__ x, uint16_t* __restrict_
   y[i] = dev::f32_to_f16(isnan(v) ? v : fminf(fmaxf(v, -65504.0f), 65504.0f));  // a NaN stays one
 }
 
-// Rows [0, nr) of w (row_bytes apart) to out [nr][cols] f16, a thread per 32-element piece: cpu::dequantize_row's
-// values rounded to f16.
+// Rows [0, nr) of w (row_bytes apart) to out [nr][cols] f16: cpu::dequantize_row's values rounded to f16. Four
+// threads per 32-element piece, each decoding the piece and storing a quarter of it (8 values) as one 16-byte word,
+// so that a warp's stores are 512 contiguous bytes (the decoding's loads of a piece hit the same cache lines).
 template <GgmlType T>
 __global__ void dequant_f16_kernel(const uint8_t* __restrict__ w, uint64_t row_bytes, int64_t cols, int64_t nr,
-                                   uint32_t* __restrict__ out) {
+                                   uint4* __restrict__ out) {
   const int64_t np = cols / dev::kQK;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= nr * np) return;
-  const int64_t r = idx / np, p = idx % np;
+  if (idx >= nr * np * 4) return;
+  const int q = int(idx % 4);
+  const int64_t pi = idx / 4, r = pi / np, p = pi % np;
   const kq::Piece wp = kq::piece<T>(w + uint64_t(r) * row_bytes, p);
-  uint32_t* o = out + (r * cols + p * dev::kQK) / 2;
+  uint32_t h[4];
 #pragma unroll
-  for (int i = 0; i < dev::kQK; i += 2)
-    o[i / 2] = uint32_t(dev::f32_to_f16(kq::piece_value(wp, i))) |
-               (uint32_t(dev::f32_to_f16(kq::piece_value(wp, i + 1))) << 16);
+  for (int i = 0; i < 4; ++i)
+    h[i] = uint32_t(dev::f32_to_f16(kq::piece_value(wp, 8 * q + 2 * i))) |
+           (uint32_t(dev::f32_to_f16(kq::piece_value(wp, 8 * q + 2 * i + 1))) << 16);
+  out[(r * cols + p * dev::kQK) / 8 + q] = make_uint4(h[0], h[1], h[2], h[3]);
 }
 
 template <GgmlType T>
 void launch_dequant_f16(const model::Mat& w, int64_t r0, int64_t nr, uint16_t* tile, cudaStream_t stream) {
-  const int64_t n = nr * (w.cols / dev::kQK);
-  dequant_f16_kernel<T><<<unsigned((n + 255) / 256), 256, 0, stream>>>(w.data + uint64_t(r0) * w.row_bytes,
-                                                                      w.row_bytes, w.cols, nr,
-                                                                      reinterpret_cast<uint32_t*>(tile));
+  const int64_t n = nr * (w.cols / dev::kQK) * 4;
+  DF_CHECK(reinterpret_cast<uintptr_t>(tile) % 16 == 0);
+  dequant_f16_kernel<T><<<grid_for(n, 256), 256, 0, stream>>>(w.data + uint64_t(r0) * w.row_bytes, w.row_bytes,
+                                                              w.cols, nr, reinterpret_cast<uint4*>(tile));
 }
 
 void dequant_products(const MatmulArgs& a) {
