@@ -9,8 +9,7 @@
 // and the warp butterfly reduces the 32 partial sums. So each product equals matmul's bit for bit, and the fused
 // epilogues (residual add, SwiGLU, Q8_0 quantization, routed-expert combine) repeat the unfused kernels' roundings.
 // The K-quant, IQ4 and offset types (kquant.cuh) take the same kernels with their pieces decoded straight from the
-// rows (2-byte reads, the blocks being 2-byte aligned at best, or whole words where every row starts 4-byte aligned
-// and the type's blocks keep them so) instead of the word windows, in matmul's order too.
+// rows (2-byte reads, the blocks being 2-byte aligned at best) instead of the word windows, in matmul's order too.
 #include <algorithm>
 #include <type_traits>
 
@@ -92,11 +91,6 @@ void by_type(GgmlType t, F&& f) {
 #undef DF_DECODE_TYPE
     default: DF_CHECK_MSG(false, "decode kernels: unsupported weight type");
   }
-}
-
-// Whether w's rows (and its experts, stride apart) all start 4-byte aligned: rows_dots' a4.
-bool words_aligned(const model::Mat& w, uint64_t stride) {
-  return reinterpret_cast<uintptr_t>(w.data) % 4 == 0 && w.row_bytes % 4 == 0 && stride % 4 == 0;
 }
 
 // Experts' strides: 16-byte multiples for the word windows of Q4_0/Q8_0, 2-byte ones for the pieces.
@@ -220,11 +214,10 @@ __device__ __forceinline__ void load_step(RowsStep<T, R, U>& s, const uint8_t* c
 // any is used, so a lane keeps U * R blocks' loads in flight; the caller has loaded the first step (b0 = lane)
 // into s already, before staging the activations, so that those loads overlap the staging and its barrier.
 // kSameAct: every row takes act[0], whose words are then read once per block, not once per row.
-// a4: every row starts 4-byte aligned, so the types with word_aligned_blocks read their codes as whole words.
 template <GgmlType T, int R, int U, int NT, bool kSameAct>
 __device__ __forceinline__ void rows_dots(RowsStep<T, R, U>& s, const uint8_t* const (&rows)[R],
                                           const int* const (&act)[R], int nr, int nb, int act_words, int nt,
-                                          int lane, float (&acc)[R][NT], bool a4) {
+                                          int lane, float (&acc)[R][NT]) {
   for (int b0 = lane; b0 < nb; b0 += 32 * U) {
     if (b0 != lane) load_step<T, R, U>(s, rows, nr, nb, b0);
 #pragma unroll
@@ -244,12 +237,7 @@ __device__ __forceinline__ void rows_dots(RowsStep<T, R, U>& s, const uint8_t* c
         if (r >= nr) break;
         if constexpr (kq::piece_type(T)) {
           // matmul.cu's row_dot for these types: each piece's dot added in order, with the same roundings.
-          kq::Piece wp;
-          if constexpr (kq::word_aligned_blocks(T)) {
-            wp = a4 ? kq::piece<T, true>(rows[r], b) : kq::piece<T>(rows[r], b);
-          } else {
-            wp = kq::piece<T>(rows[r], b);
-          }
+          const kq::Piece wp = kq::piece<T>(rows[r], b);
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
             if (j < nt) {
@@ -303,7 +291,6 @@ struct MvParams {
   dev::Gate gate;     // x's gated activation
   int nt;
   int64_t n_tiles;  // of all parts
-  bool a4;          // every part's rows start 4-byte aligned (rows_dots)
 };
 
 // grid: at most the blocks the GPU holds at once; block b takes tiles b, b + gridDim.x, ... of kMvRows rows (the
@@ -354,7 +341,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, T == GgmlType::Q4_0 && NT == 1 
   for (int64_t tile = blockIdx.x;;) {
     if (live) {
       float acc[1][NT] = {};
-      rows_dots<T, 1, kU, NT, true>(st, rows, acts, 1, nb, act_words, p.nt, lane, acc, p.a4);
+      rows_dots<T, 1, kU, NT, true>(st, rows, acts, 1, nb, act_words, p.nt, lane, acc);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const float s = dev::warp_sum(acc[0][j]);
@@ -479,7 +466,7 @@ __global__ void __launch_bounds__(kGuWarps * 32, T == GgmlType::Q4_0 ? 2 : 1)  /
     moe_gate_up_kernel(const uint8_t* __restrict__ gw, uint64_t g_stride, const uint8_t* __restrict__ uw,
                        uint64_t u_stride, uint64_t row_bytes, int64_t cols, int64_t n_ff, int32_t n_expert,
                        const int32_t* __restrict__ ids, int n_used, const uint8_t* __restrict__ x_q8,
-                       float* __restrict__ act, uint8_t* __restrict__ act_q8, bool gelu_act, bool a4) {
+                       float* __restrict__ act, uint8_t* __restrict__ act_q8, bool gelu_act) {
   dev::allow_next();
   dev::wait_prior();  // the ids are the router's
   extern __shared__ __align__(16) int s_act[];
@@ -506,7 +493,7 @@ __global__ void __launch_bounds__(kGuWarps * 32, T == GgmlType::Q4_0 ? 2 : 1)  /
   stage_act(s_act, x_q8 + t * q8_bytes(cols), nb);
   __syncthreads();
   float acc[kR][1] = {};
-  rows_dots<T, kR, kU, 1, true>(st, rows, acts, kR, nb, 0, 1, lane, acc, a4);
+  rows_dots<T, kR, kU, 1, true>(st, rows, acts, kR, nb, 0, 1, lane, acc);
 #pragma unroll
   for (int i = 0; i < 2 * kGuRowsPerWarp; ++i) {
     const float s = dev::warp_sum(acc[i][0]);
@@ -532,7 +519,7 @@ template <GgmlType T>
 __global__ void __launch_bounds__(kDnWarps * 32)
     moe_down_kernel(const uint8_t* __restrict__ dw, uint64_t stride, uint64_t row_bytes, int64_t rows, int64_t cols,
                     int32_t n_expert, const int32_t* __restrict__ ids, const float* __restrict__ wts, int n_used,
-                    const uint8_t* __restrict__ act_q8, const float* x, float* out, bool a4) {
+                    const uint8_t* __restrict__ act_q8, const float* x, float* out) {
   dev::allow_next();
   dev::wait_prior();
   extern __shared__ __align__(16) int s_act[];
@@ -574,7 +561,7 @@ __global__ void __launch_bounds__(kDnWarps * 32)
       load_step<T, kDnChunk, 1>(st, rp, nr, nb, lane);
     }
     float acc[kDnChunk][1] = {};
-    rows_dots<T, kDnChunk, 1, 1, false>(st, rp, ap, nr, nb, 0, 1, lane, acc, a4);
+    rows_dots<T, kDnChunk, 1, 1, false>(st, rp, ap, nr, nb, 0, 1, lane, acc);
 #pragma unroll
     for (int i = 0; i < kDnChunk; ++i) {
       if (i >= nr) break;
@@ -623,8 +610,6 @@ void decode_matvec(const DecodeMatvecArgs& a) {
     smem = std::max(smem, matvec_smem(pt.w, a.n_tok));
   }
   p.n_tiles = tiles;
-  p.a4 = true;
-  for (int i = 0; i < a.n_parts; ++i) p.a4 = p.a4 && words_aligned(a.parts[i].w, a.parts[i].w.row_bytes);
   const bool one = a.n_tok == 1;
   by_type(w0.type, [&](auto tc) {
     constexpr GgmlType T = decltype(tc)::value;
@@ -693,7 +678,7 @@ void moe_decode_gate_up(const MoeDecodeGateUpArgs& a) {
     allow_smem(moe_gate_up_kernel<T>, smem);
     launch_early(moe_gate_up_kernel<T>, grid, dim3(threads), smem, a.stream, a.gate.data, a.gate_stride, a.up.data,
                  a.up_stride, a.gate.row_bytes, a.gate.cols, a.gate.rows, a.n_expert, a.ids, a.n_used, a.x_q8, a.act,
-                 a.act_q8, a.glu == Glu::kGelu, words_aligned(a.gate, a.gate_stride) && words_aligned(a.up, a.up_stride));
+                 a.act_q8, a.glu == Glu::kGelu);
   });
 }
 
@@ -714,7 +699,7 @@ void moe_decode_down(const MoeDecodeDownArgs& a) {
     allow_smem(moe_down_kernel<T>, smem);
     launch_early(moe_down_kernel<T>, grid, dim3(threads), smem, a.stream, a.down.data, a.down_stride,
                  a.down.row_bytes, a.down.rows, a.down.cols, a.n_expert, a.ids, a.weights, a.n_used, a.act_q8, a.x,
-                 a.out, words_aligned(a.down, a.down_stride));
+                 a.out);
   });
 }
 
