@@ -196,16 +196,28 @@ struct RowsStep {
   uint32_t raw[U][R][kRawWords<T>];
 };
 
+__device__ __forceinline__ void prefetch_l2(const uint8_t* p) { asm volatile("prefetch.L2 [%0];" ::"l"(p)); }
+
+// The weight words of a step into s. The piece types decode their blocks where they are used; their blocks' lines
+// are fetched into L2 here instead, so that the reads then (after the activations are staged, or for a kernel's
+// first rows after the kernel before it has finished) wait for L2 rather than memory.
 template <GgmlType T, int R, int U>
 __device__ __forceinline__ void load_step(RowsStep<T, R, U>& s, const uint8_t* const (&rows)[R], int nr, int nb,
                                           int b0) {
-  if constexpr (!kq::piece_type(T)) {  // the pieces are read where they are used
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+  for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (b0 + 32 * u < nb && r < nr) load_raw<T>(rows[r], b0 + 32 * u, s.raw[u][r]);
-  }
+    for (int r = 0; r < R; ++r) {
+      const int b = b0 + 32 * u;
+      if (b >= nb || r >= nr) continue;
+      if constexpr (kq::piece_type(T)) {
+        const uint8_t* blk = rows[r] + (b / (kq::block_elems(T) / dev::kQK)) * kq::block_bytes(T);
+        prefetch_l2(blk);
+        prefetch_l2(blk + kq::block_bytes(T) - 1);
+      } else {
+        load_raw<T>(rows[r], b, s.raw[u][r]);
+      }
+    }
 }
 
 // Lane `lane`'s partial dot products of nr (<= R) weight rows (rows[r], nb blocks each) with nt (<= NT) staged
@@ -314,11 +326,15 @@ __global__ void __launch_bounds__(kMvWarps * 32, T == GgmlType::Q4_0 && NT == 1 
   int64_t r = 0;
   bool live = false;
   const uint8_t* rows[1] = {nullptr};
-  auto start = [&](int64_t tile) {
+  // The warp's row of a tile: its part, its index there, and whether the part has it.
+  auto locate = [&](int64_t tile, const MvPart*& mp, int64_t& rr) {
     const int pi = p.n_parts > 2 && tile >= p.part[2].first_tile ? 2 : p.n_parts > 1 && tile >= p.part[1].first_tile;
-    m = &p.part[pi];
-    r = (tile - m->first_tile) * kMvRows + warp;
-    live = r < m->rows;  // the whole warp
+    mp = &p.part[pi];
+    rr = (tile - mp->first_tile) * kMvRows + warp;
+    return rr < mp->rows;  // the whole warp
+  };
+  auto start = [&](int64_t tile) {
+    live = locate(tile, m, r);
     rows[0] = m->w + (live ? r : 0) * m->row_bytes;
     if (live) load_step<T, 1, kU>(st, rows, 1, nb, lane);
   };
@@ -339,6 +355,15 @@ __global__ void __launch_bounds__(kMvWarps * 32, T == GgmlType::Q4_0 && NT == 1 
   }
   __syncthreads();  // the last barrier: the warps go through the tiles on their own
   for (int64_t tile = blockIdx.x;;) {
+    if constexpr (kq::piece_type(T)) {
+      // The next tile's lines into L2 while this one is multiplied (the pieces are read where they are used).
+      const MvPart* nm;
+      int64_t nr;
+      if (tile + gridDim.x < p.n_tiles && locate(tile + gridDim.x, nm, nr)) {
+        const uint8_t* next[1] = {nm->w + nr * nm->row_bytes};
+        load_step<T, 1, kU>(st, next, 1, nb, lane);
+      }
+    }
     if (live) {
       float acc[1][NT] = {};
       rows_dots<T, 1, kU, NT, true>(st, rows, acts, 1, nb, act_words, p.nt, lane, acc);
