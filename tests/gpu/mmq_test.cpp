@@ -1,8 +1,9 @@
 // The int8 tensor-core products (mmq.cu) behind matmul() for Q4_0/Q8_0 batches of kMmaMinTokens or more and behind
-// moe_matmul_grouped() with tiles of more than 8 slots (the piece types' kernels: kquant_test.cpp): against the CPU reference and against the warp-per-row dp4a
-// kernels, on ragged shapes (rows not a multiple of the 64-row tile, token counts not a multiple of 32 or 64, rows
-// whose block count is not a multiple of the 4-block stage, experts with 0, 1 and several tiles of slots), and every
-// block tile shape forced in turn, which must give the same results bit for bit. Then the Qwen3-30B-A3B prefill
+// moe_matmul_grouped() with tiles of more than 8 slots (the piece types' kernels: kquant_test.cpp): against the CPU
+// reference and against the warp-per-row dp4a kernels, on ragged shapes (rows not a multiple of the 64-row tile,
+// token counts not a multiple of 32 or 64, rows whose block count is not a multiple of the 4-block stage, experts
+// with 0, 1 and several tiles of slots), and every block tile shape forced in turn, which must give the same results
+// bit for bit. Then the Qwen3-30B-A3B prefill
 // shapes timed with CUDA events (printed, never asserted) for each tile shape, each checked on sampled outputs.
 //
 // Tolerance: the Q8_0 activations and the integer block dots are exact on both sides; the dp4a kernel scales each

@@ -107,8 +107,7 @@ void RoutedExperts::resident(const GpuLayer& l, int64_t n, const uint8_t* xq, bo
   float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
   if (grouped_ && n > 1) {
     const int64_t n_slots = n * K;
-    // Quantized experts take tiles of 32 slots, on the tensor cores for Q4_0/Q8_0 (tiles is sized for 8, which
-    // needs the most).
+    // Quantized experts take tiles of 32 slots on the tensor cores (tiles is sized for 8, which needs the most).
     const int32_t ts = std::min({moe_tile_slots(l.gate_exps.type), moe_tile_slots(l.up_exps.type),
                                  moe_tile_slots(l.down_exps.type)});
     moe_plan({.ids = ids, .n_slots = n_slots, .n_expert = int32_t(s.n_expert), .order = at<int32_t>(Buf::order),

@@ -1,6 +1,6 @@
 // Groups the routed (token, slot) pairs of a batch by expert on the device, for moe_matmul_grouped: a counting
 // sort in one block (n_expert <= 1024), then the tiles of at most tile_slots slots of one expert (8 for matmul.cu's
-// warp-per-row kernel, 32 for the tensor-core kernel of mmq.cu).
+// warp-per-row kernel, 32 for the tensor-core kernels of mmq.cu).
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"

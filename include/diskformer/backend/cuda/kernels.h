@@ -20,8 +20,9 @@ namespace df::cuda {
 
 // Weight types the matrix products (and get_rows) take: F32, F16, BF16, Q8_0, Q4_0, and the types whose 32-element
 // pieces kquant.cuh decodes: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (rows a multiple of 256), IQ4_NL, Q4_1, Q5_0,
-// Q5_1 (of 32). Those take the Q8_0 activations too (q8_activation_type) and the warp-per-row kernels at every
-// n_tok, routed experts included (tiles of 8 slots); the fused decode kernels and the tensor cores are Q4_0/Q8_0's.
+// Q5_1 (of 32). Those take the Q8_0 activations too (q8_activation_type), the fused decode kernels, and the int8
+// tensor cores for their routed experts' tiles of 32 slots (mmq.cu) and for dense batches without a dequantization
+// workspace (with one: f16 tiles and cuBLAS).
 bool matmul_type_supported(gguf::GgmlType t);
 
 // The gate's activation of a gated FFN: SiLU (SwiGLU), or GELU as llama.cpp's CPU backend rounds it (the tanh
@@ -117,10 +118,10 @@ void moe_matmul(const MoeMatmulArgs& a);
 // host) and cuts each expert's slots into tiles; moe_matmul_grouped then gathers the input rows in that order and
 // multiplies tile by tile, writing each result to its slot's row. Results equal moe_matmul's bit for bit (each
 // slot's dot products run the same operations in the same order).
-// With Q4_0/Q8_0 weights, tiles of more than 8 slots (moe_tile_slots) run on the int8 tensor cores instead (mmq.cu):
+// With quantized weights, tiles of more than 8 slots (moe_tile_slots) run on the int8 tensor cores instead (mmq.cu):
 // the input rows are quantized once (per token for gate/up, or taken from x_q8) and read by index, no f32 gather;
-// results then equal moe_matmul's up to the f32 summation order. The other quantized types take tiles of up to 32
-// slots in the warp-per-row kernel (one decoding of a weight row for all of them), bit for bit moe_matmul's.
+// results then equal moe_matmul's up to the f32 summation order (and for the per-16 scaled K-quants the rounding of
+// each block's halves).
 // tiles layout: tiles[0] = the number of tiles, then per tile (expert, first index into order, slot count <=
 // tile_slots).
 // Streamed experts plan one group of the experts a GPU tier holds at a time: ids are then indices into the group
