@@ -440,24 +440,26 @@ TEST(Kernels, EightRowInterleavedQ4_0DotsEqualSingleOnes) {
   }
 }
 
-TEST(Kernels, Q4_KRowAgainstSeveralActivationsEqualsOneByOne) {
-  // One Q4_K row against 1 to 8 activation rows in the one-row interleaved order: each result is
-  // dot_q4_k_q8_k_x8's, bit for bit, in every table.
+TEST(Kernels, Q5_KRowAgainstSeveralActivationsEqualsOneByOne) {
+  // One Q5_K row against 1 to 8 activation rows: each result is dot_q5_k_q8_k's, bit for bit, in every table, and
+  // the tables agree with the scalar one.
   for (int64_t n : {int64_t(256), int64_t(256 * 7)}) {
-    const auto wk = random_weights(gguf::GgmlType::Q4_K, n, 9);
+    const auto wk = random_weights(gguf::GgmlType::Q5_K, n, 11);
     std::vector<Act> ak;
     const BlockQ8_K* pk[8];
     for (int t = 0; t < 8; ++t) {
-      ak.push_back(quantize_for(gguf::GgmlType::Q4_K, randn(size_t(n), uint64_t(300 + t))));
+      ak.push_back(quantize_for(gguf::GgmlType::Q5_K, randn(size_t(n), uint64_t(600 + t))));
       pk[t] = reinterpret_cast<const BlockQ8_K*>(ak.back().bytes.data());
     }
-    const auto* w = reinterpret_cast<const BlockQ4_K*>(wk.data());
+    const auto* w = reinterpret_cast<const BlockQ5_K*>(wk.data());
     for (const Kernels* k : all_tables())
       for (int nt = 1; nt <= 8; ++nt) {
         float out[8];
-        k->dotn_q4_k_q8_k_x8(n, w, pk, nt, out);
-        for (int t = 0; t < nt; ++t)
-          EXPECT_EQ(bits(out[t]), bits(k->dot_q4_k_q8_k_x8(n, w, pk[t]))) << k->name << " n=" << n << " nt=" << nt << " act " << t;
+        k->dotn_q5_k_q8_k(n, w, pk, nt, out);
+        for (int t = 0; t < nt; ++t) {
+          EXPECT_EQ(bits(out[t]), bits(k->dot_q5_k_q8_k(n, w, pk[t]))) << k->name << " n=" << n << " nt=" << nt;
+          EXPECT_EQ(bits(out[t]), bits(scalar_kernels().dot_q5_k_q8_k(n, w, pk[t]))) << k->name << " n=" << n;
+        }
       }
   }
 }

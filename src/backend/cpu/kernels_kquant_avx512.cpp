@@ -71,41 +71,6 @@ DF_AVX512 inline __m128i min_lanes(const ScalesMins& s, const BlockQ8_K& y) {
   return _mm_madd_epi16(mins, pair_sums);
 }
 
-// The integer sums of four vectors, [sum(v0), sum(v1), sum(v2), sum(v3)]: one reduction tree for the four instead of
-// one each (integer additions: exact in any order).
-DF_AVX512 inline __m128i quad_sum(__m512i v) {  // the four 128-bit lanes added
-  const __m256i h = fold(v);
-  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
-DF_AVX512 inline __m128i sums4(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
-  return _mm_hadd_epi32(_mm_hadd_epi32(quad_sum(v0), quad_sum(v1)), _mm_hadd_epi32(quad_sum(v2), quad_sum(v3)));
-}
-
-// For four vectors of 32-bit lanes: the sums of lanes 0 .. 7 (a 64-element chunk's first sub-block) times s0 plus
-// those of lanes 8 .. 15 times s1, [v0, v1, v2, v3]: what mullo by scales32(s0, s1) and a reduction give each, in
-// one product for the four.
-DF_AVX512 inline __m256i sub_block_halves(__m512i v) {  // [lanes 0..3 + 4..7 | lanes 8..11 + 12..15]
-  return fold(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)));
-}
-DF_AVX512 inline __m128i scaled_sums4(__m512i v0, __m512i v1, __m512i v2, __m512i v3, int s0, int s1) {
-  // Within each 128-bit half: [v0's, v1's, v2's, v3's] sums of the first sub-block, then of the second.
-  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sub_block_halves(v0), sub_block_halves(v1)),
-                                      _mm256_hadd_epi32(sub_block_halves(v2), sub_block_halves(v3)));
-  const __m256i s = _mm256_mullo_epi32(h, _mm256_set_m128i(_mm_set1_epi32(s1), _mm_set1_epi32(s0)));
-  return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-}
-
-// The min terms of four activation rows, [sum over i of bsums[i] * mn[i / 2]] for rows a0 .. a3: min_lanes' total of
-// each (integer sums, exact in any order); mins16 holds mn[i / 2] in int16 lane i.
-DF_AVX512 inline __m128i min_sums4(__m256i mins16, const BlockQ8_K& a0, const BlockQ8_K& a1, const BlockQ8_K& a2,
-                                   const BlockQ8_K& a3) {
-  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(_mm256_madd_epi16(load256(a0.bsums), mins16),
-                                                        _mm256_madd_epi16(load256(a1.bsums), mins16)),
-                                      _mm256_hadd_epi32(_mm256_madd_epi16(load256(a2.bsums), mins16),
-                                                        _mm256_madd_epi16(load256(a3.bsums), mins16)));
-  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
-
 // Scaled sums of a Q4_K / Q5_K super-block per 64 elements (j: elements 64j .. 64j + 63, codes q).
 DF_AVX512 inline __m512i q45_chunk(__m512i q, const BlockQ8_K& y, const ScalesMins& s, int j) {
   return _mm512_mullo_epi32(dp(q, load512(y.qs + 64 * j)), scales32(s.sc[2 * j], s.sc[2 * j + 1]));
@@ -212,76 +177,6 @@ DF_AVX512 float dot_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K*
     sm = std::fma(float((ml[0] + ml[1]) + (ml[2] + ml[3])), h2f(x.dmin) * y.d, sm);
   }
   return s - sm;
-}
-
-// dot_q4_k_q8_k_x8's steps for each activation row, the block's codes, scales and mins unpacked once for all.
-DF_AVX512 void dotn_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[], int nt, float* out) {
-  float s[8] = {}, sm[8] = {};
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const BlockQ4_K& x = w[b];
-    const ScalesMins scm = scales_mins(x.scales);
-    __m512i q[4], sc[4];
-    for (int j = 0; j < 4; ++j) q[j] = q4_codes(x, j), sc[j] = scales32(scm.sc[2 * j], scm.sc[2 * j + 1]);
-    const float dw = h2f(x.d), mw = h2f(x.dmin);
-    const __m128i mn = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scm.mn));
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
-    // Four tokens' sums reduced together where four are left.
-    for (int t0 = 0; t0 < nt; t0 += 4) {
-      const int m = std::min(4, nt - t0);
-      __m512i sumi[4];
-      for (int i = 0; i < m; ++i) {
-        const BlockQ8_K& y = a[t0 + i][b];
-        sumi[i] = _mm512_setzero_si512();
-        for (int j = 0; j < 4; ++j)
-          sumi[i] = _mm512_add_epi32(sumi[i], _mm512_mullo_epi32(dp(q[j], load512(y.qs + 64 * j)), sc[j]));
-      }
-      alignas(16) int32_t tot[4], msum[4];
-      if (m == 4) {
-        _mm_store_si128(reinterpret_cast<__m128i*>(tot), sums4(sumi[0], sumi[1], sumi[2], sumi[3]));
-        _mm_store_si128(reinterpret_cast<__m128i*>(msum),
-                        min_sums4(mins16, a[t0][b], a[t0 + 1][b], a[t0 + 2][b], a[t0 + 3][b]));
-      } else {
-        for (int i = 0; i < m; ++i) {
-          tot[i] = _mm512_reduce_add_epi32(sumi[i]);
-          alignas(16) int32_t ml[4];
-          _mm_store_si128(reinterpret_cast<__m128i*>(ml), min_lanes(scm, a[t0 + i][b]));
-          msum[i] = (ml[0] + ml[1]) + (ml[2] + ml[3]);
-        }
-      }
-      for (int i = 0; i < m; ++i) {
-        const int t = t0 + i;
-        const float yd = a[t][b].d;
-        s[t] = std::fma(float(tot[i]), dw * yd, s[t]);
-        sm[t] = std::fma(float(msum[i]), mw * yd, sm[t]);
-      }
-    }
-  }
-  for (int t = 0; t < nt; ++t) out[t] = s[t] - sm[t];
-}
-
-DF_AVX512 void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]) {
-  float s[4] = {}, sm[4] = {};
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const BlockQ4_K& x = w[b];
-    const ScalesMins scm = scales_mins(x.scales);
-    const float dw = h2f(x.d), mw = h2f(x.dmin);
-    for (int j = 0; j < 4; ++j) {
-      const __m512i q = q4_codes(x, j);
-      alignas(16) int32_t tot[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(tot),
-                      scaled_sums4(dp(q, load512(a[0][b].qs + 64 * j)), dp(q, load512(a[1][b].qs + 64 * j)),
-                                   dp(q, load512(a[2][b].qs + 64 * j)), dp(q, load512(a[3][b].qs + 64 * j)),
-                                   scm.sc[2 * j], scm.sc[2 * j + 1]));
-      for (int t = 0; t < 4; ++t) {
-        const BlockQ8_K& y = a[t][b];
-        const int msum = scm.mn[2 * j] * (y.bsums[4 * j] + y.bsums[4 * j + 1]) +
-                         scm.mn[2 * j + 1] * (y.bsums[4 * j + 2] + y.bsums[4 * j + 3]);
-        s[t] = std::fma(float(tot[t]), dw * y.d, s[t]);
-        sm[t] = std::fma(float(msum), mw * y.d, sm[t]);
-      }
-    }
-  }
-  for (int t = 0; t < 4; ++t) out[t] = s[t] - sm[t];
 }
 
 // Eight Q4_K rows at once, their sums in the lanes of one vector (rows 0..7), the weight block unpacked once for all
@@ -410,6 +305,42 @@ DF_AVX512 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a)
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold(sumi)), acc);
   }
   return sum_lanes(acc) + sm;
+}
+
+// dot_q5_k_q8_k of one row with nt activation rows, the block's codes, scales and mins unpacked once for all.
+DF_AVX512 void dotn_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* const a[], int nt, float* out) {
+  const __m512i one = _mm512_set1_epi8(1);
+  __m256 acc[8];
+  float sm[8] = {};
+  for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ5_K& x = w[b];
+    const ScalesMins s = scales_mins(x.scales);
+    const __m256i h = load256(x.qh);
+    const __m512i hh = join(h, h);
+    __m512i q[4], sc[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m512i fifth = _mm512_slli_epi16(
+          _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(hh, 2 * j), _mm512_srli_epi16(hh, 2 * j + 1)),
+                           one),
+          4);
+      q[j] = _mm512_add_epi8(
+          _mm512_and_si512(join(load256(x.qs + 32 * j), _mm256_srli_epi16(load256(x.qs + 32 * j), 4)), nibbles()),
+          fifth);
+      sc[j] = scales32(s.sc[2 * j], s.sc[2 * j + 1]);
+    }
+    const float dw = h2f(x.d), mw = h2f(x.dmin);
+    for (int t = 0; t < nt; ++t) {
+      const BlockQ8_K& y = a[t][b];
+      alignas(16) int32_t ml[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(ml), min_lanes(s, y));
+      sm[t] = std::fma(-y.d * mw, float((ml[0] + ml[1]) + (ml[2] + ml[3])), sm[t]);
+      __m512i sumi = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dp(q[j], load512(y.qs + 64 * j)), sc[j]));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * dw), _mm256_cvtepi32_ps(fold(sumi)), acc[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) out[t] = sum_lanes(acc[t]) + sm[t];
 }
 
 // Group g = 2j + half of a Q6_K block's 64-element codes: groups 0, 1 (of a j) use the low nibbles of ql[64j ..] and

@@ -214,13 +214,6 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* wr = w.row(r);
       int64_t t = 0;
-      for (; t < order.grouped; t += 4) {
-        const BlockQ8_K* a4[4];
-        for (int i = 0; i < 4; ++i) a4[i] = reinterpret_cast<const BlockQ8_K*>(act + (t + i) * arb);
-        float out[4];
-        k.dot4_q4_k_q8_k_x8(w.cols, reinterpret_cast<const BlockQ4_K*>(wr), a4, out);
-        for (int i = 0; i < 4; ++i) jb.y[(t + i) * w.rows + r] = out[i];
-      }
       // Four activation rows against one unpacked weight row (equal to four dot_row calls).
       if (w.type == GgmlType::Q4_0 || w.type == GgmlType::Q8_0)
         for (; t + 4 <= jb.n_tok; t += 4) {
@@ -234,18 +227,17 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
           }
           for (int i = 0; i < 4; ++i) jb.y[(t + i) * w.rows + r] = out[i];
         }
-      // Q4_K rows in the one-row order for each token (routed experts, a batch's last rows) and Q6_K rows (a
-      // Q4_K_M model's attn_v, ffn_down and head): up to eight tokens against one unpacked row (equal to dot_row
-      // calls).
-      const bool q4_k = w.type == GgmlType::Q4_K && order.x8, q6_k = w.type == GgmlType::Q6_K;
-      if (q4_k || q6_k)
+      // Q5_K and Q6_K rows (a Q5_K_M model's matrices; a Q4_K_M model's attn_v, ffn_down and head): up to eight
+      // tokens against one unpacked row (equal to dot_row calls).
+      const bool q5_k = w.type == GgmlType::Q5_K, q6_k = w.type == GgmlType::Q6_K;
+      if (q5_k || q6_k)
         while (jb.n_tok - t >= 2) {
           const int nt = int(std::min<int64_t>(8, jb.n_tok - t));
           const BlockQ8_K* a8[8];
           for (int i = 0; i < nt; ++i) a8[i] = reinterpret_cast<const BlockQ8_K*>(act + (t + i) * arb);
           float out[8];
-          if (q4_k) {
-            k.dotn_q4_k_q8_k_x8(w.cols, reinterpret_cast<const BlockQ4_K*>(wr), a8, nt, out);
+          if (q5_k) {
+            k.dotn_q5_k_q8_k(w.cols, reinterpret_cast<const BlockQ5_K*>(wr), a8, nt, out);
           } else {
             k.dotn_q6_k_q8_k(w.cols, reinterpret_cast<const BlockQ6_K*>(wr), a8, nt, out);
           }

@@ -88,10 +88,6 @@ struct Kernels {
   void (*dot8_q4_0_q8_0_x8)(int64_t n, const BlockQ4_0* const w[8], const BlockQ8_0* const a[], int nt, float* out);
   float (*dot_iq4_nl_q8_0_x8)(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
   float (*dot_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
-  // dot_q4_k_q8_k_x8 of one row with nt (<= 8) activation rows: out[t] bit for bit dot_q4_k_q8_k_x8(n, w, a[t]), the
-  // row's codes and scales unpacked once for all of them (routed experts' rows take the one-row order for each
-  // token, as llama.cpp computes them).
-  void (*dotn_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[], int nt, float* out);
   // Four activation rows against one Q4_K row in the order of llama.cpp's batched 8-row kernel (gemm): as the x8
   // order, but one fused multiply-add per 64 elements (two sub-blocks) instead of per 256.
   void (*dot4_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4], float out[4]);
@@ -102,6 +98,9 @@ struct Kernels {
   // and each weight block is unpacked once for all nt activation rows.
   void (*dot8_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* const w[8], const BlockQ8_K* const a[], int nt, int n_grouped,
                             float* out);
+  // dot_q5_k_q8_k of one row with nt (<= 8) activation rows: out[t] bit for bit dot_q5_k_q8_k(n, w, a[t]), the
+  // row's codes, scales and mins unpacked once for all of them (a Q5_K_M model's matrices in a prompt batch).
+  void (*dotn_q5_k_q8_k)(int64_t n, const BlockQ5_K* w, const BlockQ8_K* const a[], int nt, float* out);
   // dot_q6_k_q8_k of one row with nt (<= 8) activation rows: out[t] bit for bit dot_q6_k_q8_k(n, w, a[t]), the
   // row's codes and scales unpacked once for all of them (a Q4_K_M model's Q6_K matrices in a prompt batch).
   void (*dotn_q6_k_q8_k)(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out);
