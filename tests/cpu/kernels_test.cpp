@@ -440,28 +440,38 @@ TEST(Kernels, EightRowInterleavedQ4_0DotsEqualSingleOnes) {
   }
 }
 
-TEST(Kernels, Q5_KRowAgainstSeveralActivationsEqualsOneByOne) {
-  // One Q5_K row against 1 to 8 activation rows: each result is dot_q5_k_q8_k's, bit for bit, in every table, and
-  // the tables agree with the scalar one.
-  for (int64_t n : {int64_t(256), int64_t(256 * 7)}) {
-    const auto wk = random_weights(gguf::GgmlType::Q5_K, n, 11);
-    std::vector<Act> ak;
-    const BlockQ8_K* pk[8];
-    for (int t = 0; t < 8; ++t) {
-      ak.push_back(quantize_for(gguf::GgmlType::Q5_K, randn(size_t(n), uint64_t(600 + t))));
-      pk[t] = reinterpret_cast<const BlockQ8_K*>(ak.back().bytes.data());
-    }
-    const auto* w = reinterpret_cast<const BlockQ5_K*>(wk.data());
-    for (const Kernels* k : all_tables())
-      for (int nt = 1; nt <= 8; ++nt) {
-        float out[8];
-        k->dotn_q5_k_q8_k(n, w, pk, nt, out);
-        for (int t = 0; t < nt; ++t) {
-          EXPECT_EQ(bits(out[t]), bits(k->dot_q5_k_q8_k(n, w, pk[t]))) << k->name << " n=" << n << " nt=" << nt;
-          EXPECT_EQ(bits(out[t]), bits(scalar_kernels().dot_q5_k_q8_k(n, w, pk[t]))) << k->name << " n=" << n;
-        }
+TEST(Kernels, Q3_KAndQ5_KRowsAgainstSeveralActivationsEqualOneByOne) {
+  // One Q3_K or Q5_K row against 1 to 8 activation rows: each result is the one-row product's, bit for bit, in every
+  // table, and the tables agree with the scalar one.
+  const Kernels& s = scalar_kernels();
+  for (gguf::GgmlType type : {gguf::GgmlType::Q3_K, gguf::GgmlType::Q5_K})
+    for (int64_t n : {int64_t(256), int64_t(256 * 7)}) {
+      const auto wk = random_weights(type, n, 11);
+      std::vector<Act> ak;
+      const BlockQ8_K* pk[8];
+      for (int t = 0; t < 8; ++t) {
+        ak.push_back(quantize_for(type, randn(size_t(n), uint64_t(600 + t))));
+        pk[t] = reinterpret_cast<const BlockQ8_K*>(ak.back().bytes.data());
       }
-  }
+      for (const Kernels* k : all_tables())
+        for (int nt = 1; nt <= 8; ++nt) {
+          float out[8];
+          const bool q3 = type == gguf::GgmlType::Q3_K;
+          const auto* w3 = reinterpret_cast<const BlockQ3_K*>(wk.data());
+          const auto* w5 = reinterpret_cast<const BlockQ5_K*>(wk.data());
+          if (q3) {
+            k->dotn_q3_k_q8_k(n, w3, pk, nt, out);
+          } else {
+            k->dotn_q5_k_q8_k(n, w5, pk, nt, out);
+          }
+          for (int t = 0; t < nt; ++t) {
+            const float one = q3 ? k->dot_q3_k_q8_k(n, w3, pk[t]) : k->dot_q5_k_q8_k(n, w5, pk[t]);
+            const float ref = q3 ? s.dot_q3_k_q8_k(n, w3, pk[t]) : s.dot_q5_k_q8_k(n, w5, pk[t]);
+            EXPECT_EQ(bits(out[t]), bits(one)) << k->name << " " << gguf::type_name(type) << " n=" << n << " nt=" << nt;
+            EXPECT_EQ(bits(out[t]), bits(ref)) << k->name << " " << gguf::type_name(type) << " n=" << n;
+          }
+        }
+    }
 }
 
 TEST(Kernels, EightRowQ4_KDotsEqualTheOneRowOrders) {

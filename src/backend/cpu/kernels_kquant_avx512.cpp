@@ -145,6 +145,47 @@ DF_AVX512 float dot_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a)
   return sum_lanes(acc);
 }
 
+// dot_q3_k_q8_k of one row with nt activation rows, the block's codes and scales unpacked once for all.
+DF_AVX512 void dotn_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* const a[], int nt, float* out) {
+  const __m512i m3 = _mm512_set1_epi8(3), ones = _mm512_set1_epi8(1);
+  __m256 acc[8];
+  for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ3_K& x = w[b];
+    int sc[16];
+    for (int j = 0; j < 16; ++j) sc[j] = q3_k_scale(j, x.scales);
+    const __m256i h = load256(x.hmask);
+    const __m512i hh = join(h, h);
+    __m512i u[4], scv[4];  // [2j + g / 2]: elements 128j + 32g .. + 63 as dot_q3_k_q8_k takes them
+    for (int j = 0; j < 2; ++j) {
+      const __m256i bits = load256(x.qs + 32 * j);
+      const __m512i both = join(bits, bits);
+      for (int g = 0; g < 4; g += 2) {
+        const int t = 4 * j + g;
+        const __m512i lo = _mm512_and_si512(
+            _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(both, 2 * g), _mm512_srli_epi16(both, 2 * g + 2)), m3);
+        const __m512i hi = _mm512_and_si512(
+            _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(hh, t), _mm512_srli_epi16(hh, t + 1)), ones);
+        const int sb = 8 * j + 2 * g;
+        u[2 * j + g / 2] = _mm512_add_epi8(lo, _mm512_slli_epi16(hi, 2));
+        scv[2 * j + g / 2] = scales16(sc[sb], sc[sb + 1], sc[sb + 2], sc[sb + 3]);
+      }
+    }
+    const float dw = h2f(x.d);
+    for (int t = 0; t < nt; ++t) {
+      const BlockQ8_K& y = a[t][b];
+      __m512i sumi = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i) {
+        const __m512i q8 = load512(y.qs + 64 * i);
+        const __m512i p = _mm512_sub_epi32(dp(u[i], q8), _mm512_slli_epi32(dp(ones, q8), 2));
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, scv[i]));
+      }
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * dw), _mm256_cvtepi32_ps(fold(sumi)), acc[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) out[t] = sum_lanes(acc[t]);
+}
+
 DF_AVX512 float dot_q4_k_q8_k(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a) {
   __m256 acc = _mm256_setzero_ps();
   __m128 acc_m = _mm_setzero_ps();
