@@ -440,11 +440,24 @@ TEST(Kernels, EightRowInterleavedQ4_0DotsEqualSingleOnes) {
   }
 }
 
-TEST(Kernels, Q3_KAndQ5_KRowsAgainstSeveralActivationsEqualOneByOne) {
-  // One Q3_K or Q5_K row against 1 to 8 activation rows: each result is the one-row product's, bit for bit, in every
-  // table, and the tables agree with the scalar one.
+TEST(Kernels, Q2_KQ3_KAndQ5_KRowsAgainstSeveralActivationsEqualOneByOne) {
+  // One Q2_K, Q3_K or Q5_K row against 1 to 8 activation rows: each result is the one-row product's, bit for bit, in
+  // every table, and the tables agree with the scalar one.
+  using gguf::GgmlType;
   const Kernels& s = scalar_kernels();
-  for (gguf::GgmlType type : {gguf::GgmlType::Q3_K, gguf::GgmlType::Q5_K})
+  // The table's one-row product and its several-row one, by type.
+  auto one = [](const Kernels& k, GgmlType t, int64_t n, const uint8_t* w, const BlockQ8_K* a) {
+    if (t == GgmlType::Q2_K) return k.dot_q2_k_q8_k(n, reinterpret_cast<const BlockQ2_K*>(w), a);
+    if (t == GgmlType::Q3_K) return k.dot_q3_k_q8_k(n, reinterpret_cast<const BlockQ3_K*>(w), a);
+    return k.dot_q5_k_q8_k(n, reinterpret_cast<const BlockQ5_K*>(w), a);
+  };
+  auto several = [](const Kernels& k, GgmlType t, int64_t n, const uint8_t* w, const BlockQ8_K* const a[], int nt,
+                    float* out) {
+    if (t == GgmlType::Q2_K) return k.dotn_q2_k_q8_k(n, reinterpret_cast<const BlockQ2_K*>(w), a, nt, out);
+    if (t == GgmlType::Q3_K) return k.dotn_q3_k_q8_k(n, reinterpret_cast<const BlockQ3_K*>(w), a, nt, out);
+    return k.dotn_q5_k_q8_k(n, reinterpret_cast<const BlockQ5_K*>(w), a, nt, out);
+  };
+  for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K})
     for (int64_t n : {int64_t(256), int64_t(256 * 7)}) {
       const auto wk = random_weights(type, n, 11);
       std::vector<Act> ak;
@@ -456,19 +469,12 @@ TEST(Kernels, Q3_KAndQ5_KRowsAgainstSeveralActivationsEqualOneByOne) {
       for (const Kernels* k : all_tables())
         for (int nt = 1; nt <= 8; ++nt) {
           float out[8];
-          const bool q3 = type == gguf::GgmlType::Q3_K;
-          const auto* w3 = reinterpret_cast<const BlockQ3_K*>(wk.data());
-          const auto* w5 = reinterpret_cast<const BlockQ5_K*>(wk.data());
-          if (q3) {
-            k->dotn_q3_k_q8_k(n, w3, pk, nt, out);
-          } else {
-            k->dotn_q5_k_q8_k(n, w5, pk, nt, out);
-          }
+          several(*k, type, n, wk.data(), pk, nt, out);
           for (int t = 0; t < nt; ++t) {
-            const float one = q3 ? k->dot_q3_k_q8_k(n, w3, pk[t]) : k->dot_q5_k_q8_k(n, w5, pk[t]);
-            const float ref = q3 ? s.dot_q3_k_q8_k(n, w3, pk[t]) : s.dot_q5_k_q8_k(n, w5, pk[t]);
-            EXPECT_EQ(bits(out[t]), bits(one)) << k->name << " " << gguf::type_name(type) << " n=" << n << " nt=" << nt;
-            EXPECT_EQ(bits(out[t]), bits(ref)) << k->name << " " << gguf::type_name(type) << " n=" << n;
+            EXPECT_EQ(bits(out[t]), bits(one(*k, type, n, wk.data(), pk[t])))
+                << k->name << " " << gguf::type_name(type) << " n=" << n << " nt=" << nt;
+            EXPECT_EQ(bits(out[t]), bits(one(s, type, n, wk.data(), pk[t])))
+                << k->name << " " << gguf::type_name(type) << " n=" << n;
           }
         }
     }

@@ -536,6 +536,7 @@ const Kernels* avx2_kernels() {
       .dot4_q4_k_q8_k_x8 = avx2::dot4_q4_k_q8_k_x8,
       .dot8_q4_k_q8_k_x8 =
           rows8_q4_k<avx2::dot4_q4_k_q8_k_x8, acts_one_by_one<BlockQ4_K, BlockQ8_K, avx2::dot_q4_k_q8_k_x8>>,
+      .dotn_q2_k_q8_k = acts_one_by_one<BlockQ2_K, BlockQ8_K, avx2::dot_q2_k_q8_k>,
       .dotn_q3_k_q8_k = acts_one_by_one<BlockQ3_K, BlockQ8_K, avx2::dot_q3_k_q8_k>,
       .dotn_q5_k_q8_k = acts_one_by_one<BlockQ5_K, BlockQ8_K, avx2::dot_q5_k_q8_k>,
       .dotn_q6_k_q8_k = acts_one_by_one<BlockQ6_K, BlockQ8_K, avx2::dot_q6_k_q8_k>,

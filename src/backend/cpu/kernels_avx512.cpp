@@ -281,6 +281,7 @@ const Kernels* avx512_kernels() {
     k.dot_q4_k_q8_k = avx512::dot_q4_k_q8_k;
     k.dot_q4_k_q8_k_x8 = avx512::dot_q4_k_q8_k_x8;
     k.dot8_q4_k_q8_k_x8 = avx512::dot8_q4_k_q8_k_x8;
+    k.dotn_q2_k_q8_k = avx512::dotn_q2_k_q8_k;
     k.dotn_q3_k_q8_k = avx512::dotn_q3_k_q8_k;
     k.dotn_q5_k_q8_k = avx512::dotn_q5_k_q8_k;
     k.dotn_q6_k_q8_k = avx512::dotn_q6_k_q8_k;

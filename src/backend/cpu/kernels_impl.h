@@ -110,6 +110,7 @@ float dot_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* a);
 void dot8_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* const w[8], const BlockQ8_K* const a[], int nt, int n_grouped,
                        float* out);
 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
+void dotn_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* const a[], int nt, float* out);
 void dotn_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* const a[], int nt, float* out);
 void dotn_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* const a[], int nt, float* out);
 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);

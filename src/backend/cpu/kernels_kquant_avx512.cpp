@@ -111,6 +111,40 @@ DF_AVX512 float dot_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a)
   return sum_lanes(acc);
 }
 
+// dot_q2_k_q8_k of one row with nt activation rows, the block's codes, scales and mins unpacked once for all.
+DF_AVX512 void dotn_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* const a[], int nt, float* out) {
+  const __m512i m3 = _mm512_set1_epi8(3);
+  __m256 acc[8];
+  for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ2_K& x = w[b];
+    const __m128i raw = load128(x.scales);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+    __m512i q[4], sc[4];  // [2j + g / 2]: elements 128j + 32g .. + 63 as dot_q2_k_q8_k takes them
+    for (int j = 0; j < 2; ++j) {
+      const __m256i bits = load256(x.qs + 32 * j);
+      const __m512i both = join(bits, bits);
+      for (int g = 0; g < 4; g += 2) {
+        q[2 * j + g / 2] = _mm512_and_si512(
+            _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(both, 2 * g), _mm512_srli_epi16(both, 2 * g + 2)), m3);
+        const int sb = 8 * j + 2 * g;
+        sc[2 * j + g / 2] = scales16(x.scales[sb] & 0x0f, x.scales[sb + 1] & 0x0f, x.scales[sb + 2] & 0x0f,
+                                     x.scales[sb + 3] & 0x0f);
+      }
+    }
+    const float dw = h2f(x.d), mw = h2f(x.dmin);
+    for (int t = 0; t < nt; ++t) {
+      const BlockQ8_K& y = a[t][b];
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y.d * mw), _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, load256(y.bsums))),
+                               acc[t]);
+      __m512i sumi = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dp(q[i], load512(y.qs + 64 * i)), sc[i]));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * dw), _mm256_cvtepi32_ps(fold(sumi)), acc[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) out[t] = sum_lanes(acc[t]);
+}
+
 DF_AVX512 float dot_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a) {
   const __m512i m3 = _mm512_set1_epi8(3), ones = _mm512_set1_epi8(1);
   __m256 acc = _mm256_setzero_ps();
