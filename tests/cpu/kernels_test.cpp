@@ -440,24 +440,26 @@ TEST(Kernels, EightRowInterleavedQ4_0DotsEqualSingleOnes) {
   }
 }
 
-TEST(Kernels, Q2_KQ3_KAndQ5_KRowsAgainstSeveralActivationsEqualOneByOne) {
-  // One Q2_K, Q3_K or Q5_K row against 1 to 8 activation rows: each result is the one-row product's, bit for bit, in
-  // every table, and the tables agree with the scalar one.
+TEST(Kernels, KQuantRowsAgainstSeveralActivationsEqualOneByOne) {
+  // One Q2_K, Q3_K, Q5_K or IQ4_XS row against 1 to 8 activation rows: each result is the one-row product's, bit for
+  // bit, in every table, and the tables agree with the scalar one.
   using gguf::GgmlType;
   const Kernels& s = scalar_kernels();
   // The table's one-row product and its several-row one, by type.
   auto one = [](const Kernels& k, GgmlType t, int64_t n, const uint8_t* w, const BlockQ8_K* a) {
     if (t == GgmlType::Q2_K) return k.dot_q2_k_q8_k(n, reinterpret_cast<const BlockQ2_K*>(w), a);
     if (t == GgmlType::Q3_K) return k.dot_q3_k_q8_k(n, reinterpret_cast<const BlockQ3_K*>(w), a);
+    if (t == GgmlType::IQ4_XS) return k.dot_iq4_xs_q8_k(n, reinterpret_cast<const BlockIQ4_XS*>(w), a);
     return k.dot_q5_k_q8_k(n, reinterpret_cast<const BlockQ5_K*>(w), a);
   };
   auto several = [](const Kernels& k, GgmlType t, int64_t n, const uint8_t* w, const BlockQ8_K* const a[], int nt,
                     float* out) {
     if (t == GgmlType::Q2_K) return k.dotn_q2_k_q8_k(n, reinterpret_cast<const BlockQ2_K*>(w), a, nt, out);
     if (t == GgmlType::Q3_K) return k.dotn_q3_k_q8_k(n, reinterpret_cast<const BlockQ3_K*>(w), a, nt, out);
+    if (t == GgmlType::IQ4_XS) return k.dotn_iq4_xs_q8_k(n, reinterpret_cast<const BlockIQ4_XS*>(w), a, nt, out);
     return k.dotn_q5_k_q8_k(n, reinterpret_cast<const BlockQ5_K*>(w), a, nt, out);
   };
-  for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K})
+  for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::IQ4_XS})
     for (int64_t n : {int64_t(256), int64_t(256 * 7)}) {
       const auto wk = random_weights(type, n, 11);
       std::vector<Act> ak;

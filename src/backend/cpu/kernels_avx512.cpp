@@ -284,6 +284,7 @@ const Kernels* avx512_kernels() {
     k.dotn_q2_k_q8_k = avx512::dotn_q2_k_q8_k;
     k.dotn_q3_k_q8_k = avx512::dotn_q3_k_q8_k;
     k.dotn_q5_k_q8_k = avx512::dotn_q5_k_q8_k;
+    k.dotn_iq4_xs_q8_k = avx512::dotn_iq4_xs_q8_k;
     k.dotn_q6_k_q8_k = avx512::dotn_q6_k_q8_k;
     k.dot_q5_k_q8_k = avx512::dot_q5_k_q8_k;
     k.dot_q6_k_q8_k = avx512::dot_q6_k_q8_k;

@@ -115,6 +115,7 @@ void dotn_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* const a[], i
 void dotn_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* const a[], int nt, float* out);
 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 void dotn_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out);
+void dotn_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* const a[], int nt, float* out);
 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
 }  // namespace avx512
 

@@ -472,6 +472,39 @@ DF_AVX512 void dotn_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* co
   for (int t = 0; t < nt; ++t) out[t] = sum_lanes(acc[t]);
 }
 
+// dot_iq4_xs_q8_k of one row with nt activation rows, the block's table values and scales looked up once for all.
+DF_AVX512 void dotn_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* const a[], int nt, float* out) {
+  alignas(16) uint8_t biased[16];
+  for (int i = 0; i < 16; ++i) biased[i] = uint8_t(kIQ4NLValues[i] + 128);
+  const __m512i table = _mm512_broadcast_i32x4(load128(biased));
+  const __m512i m4 = nibbles(), ones = _mm512_set1_epi8(1);
+  __m256 acc[8];
+  for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockIQ4_XS& x = w[b];
+    __m512i u[4], sc[4];  // [sub / 2]: sub-blocks sub and sub + 1 as dot_iq4_xs_q8_k takes them
+    for (int sub = 0; sub < 8; sub += 2) {
+      const __m128i r0 = load128(x.qs + 16 * sub), r1 = load128(x.qs + 16 * sub + 16);
+      const __m512i codes = _mm512_and_si512(
+          join(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1)), m4);
+      u[sub / 2] = _mm512_shuffle_epi8(table, codes);
+      sc[sub / 2] = scales32(iq4_xs_scale(sub, x), iq4_xs_scale(sub + 1, x));
+    }
+    const float dw = h2f(x.d);
+    for (int t = 0; t < nt; ++t) {
+      const BlockQ8_K& y = a[t][b];
+      __m512i sumi = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i) {
+        const __m512i q8 = load512(y.qs + 64 * i);
+        const __m512i p = _mm512_sub_epi32(dp(u[i], q8), _mm512_slli_epi32(dp(ones, q8), 7));
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, sc[i]));
+      }
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(fold(sumi)), acc[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) out[t] = sum_lanes(acc[t]);
+}
+
 DF_AVX512 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a) {
   // Table values plus 128 as unsigned bytes: v * a = (v + 128) * a - 128 * a.
   alignas(16) uint8_t biased[16];

@@ -326,6 +326,7 @@ const Kernels& scalar_kernels() {
       .dotn_q2_k_q8_k = acts_one_by_one<BlockQ2_K, BlockQ8_K, scalar::dot_q2_k_q8_k>,
       .dotn_q3_k_q8_k = acts_one_by_one<BlockQ3_K, BlockQ8_K, scalar::dot_q3_k_q8_k>,
       .dotn_q5_k_q8_k = acts_one_by_one<BlockQ5_K, BlockQ8_K, scalar::dot_q5_k_q8_k>,
+      .dotn_iq4_xs_q8_k = acts_one_by_one<BlockIQ4_XS, BlockQ8_K, scalar::dot_iq4_xs_q8_k>,
       .dotn_q6_k_q8_k = acts_one_by_one<BlockQ6_K, BlockQ8_K, scalar::dot_q6_k_q8_k>,
       .swiglu = swiglu,
       .silu = silu,

@@ -227,11 +227,11 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
           }
           for (int i = 0; i < 4; ++i) jb.y[(t + i) * w.rows + r] = out[i];
         }
-      // Q2_K, Q3_K, Q5_K and Q6_K rows (Q2_K, Q3_K_M and Q5_K_M models' matrices; a Q4_K_M model's attn_v,
-      // ffn_down and head): up to eight tokens against one unpacked row (equal to dot_row calls).
+      // Q2_K, Q3_K, Q5_K, Q6_K and IQ4_XS rows (Q2_K, Q3_K_M, Q5_K_M and IQ4_XS models' matrices; a Q4_K_M
+      // model's attn_v, ffn_down and head): up to eight tokens against one unpacked row (equal to dot_row calls).
       const bool q2_k = w.type == GgmlType::Q2_K, q3_k = w.type == GgmlType::Q3_K, q5_k = w.type == GgmlType::Q5_K,
-                 q6_k = w.type == GgmlType::Q6_K;
-      if (q2_k || q3_k || q5_k || q6_k)
+                 q6_k = w.type == GgmlType::Q6_K, iq4_xs = w.type == GgmlType::IQ4_XS;
+      if (q2_k || q3_k || q5_k || q6_k || iq4_xs)
         while (jb.n_tok - t >= 2) {
           const int nt = int(std::min<int64_t>(8, jb.n_tok - t));
           const BlockQ8_K* a8[8];
@@ -243,6 +243,8 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
             k.dotn_q3_k_q8_k(w.cols, reinterpret_cast<const BlockQ3_K*>(wr), a8, nt, out);
           } else if (q5_k) {
             k.dotn_q5_k_q8_k(w.cols, reinterpret_cast<const BlockQ5_K*>(wr), a8, nt, out);
+          } else if (iq4_xs) {
+            k.dotn_iq4_xs_q8_k(w.cols, reinterpret_cast<const BlockIQ4_XS*>(wr), a8, nt, out);
           } else {
             k.dotn_q6_k_q8_k(w.cols, reinterpret_cast<const BlockQ6_K*>(wr), a8, nt, out);
           }

@@ -98,12 +98,13 @@ struct Kernels {
   // and each weight block is unpacked once for all nt activation rows.
   void (*dot8_q4_k_q8_k_x8)(int64_t n, const BlockQ4_K* const w[8], const BlockQ8_K* const a[], int nt, int n_grouped,
                             float* out);
-  // dot_q2_k_q8_k, dot_q3_k_q8_k and dot_q5_k_q8_k of one row with nt (<= 8) activation rows: out[t] bit for bit
-  // the one-row product with a[t], the row's codes, scales and mins unpacked once for all of them (Q2_K, Q3_K_M and
-  // Q5_K_M models' matrices in a prompt batch).
+  // dot_q2_k_q8_k, dot_q3_k_q8_k, dot_q5_k_q8_k and dot_iq4_xs_q8_k of one row with nt (<= 8) activation rows:
+  // out[t] bit for bit the one-row product with a[t], the row's codes, scales and mins unpacked once for all of them
+  // (Q2_K, Q3_K_M, Q5_K_M and IQ4_XS models' matrices in a prompt batch).
   void (*dotn_q2_k_q8_k)(int64_t n, const BlockQ2_K* w, const BlockQ8_K* const a[], int nt, float* out);
   void (*dotn_q3_k_q8_k)(int64_t n, const BlockQ3_K* w, const BlockQ8_K* const a[], int nt, float* out);
   void (*dotn_q5_k_q8_k)(int64_t n, const BlockQ5_K* w, const BlockQ8_K* const a[], int nt, float* out);
+  void (*dotn_iq4_xs_q8_k)(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* const a[], int nt, float* out);
   // dot_q6_k_q8_k of one row with nt (<= 8) activation rows: out[t] bit for bit dot_q6_k_q8_k(n, w, a[t]), the
   // row's codes and scales unpacked once for all of them (a Q4_K_M model's Q6_K matrices in a prompt batch).
   void (*dotn_q6_k_q8_k)(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out);
