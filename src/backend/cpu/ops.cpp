@@ -82,7 +82,7 @@ float dot_as(float (*dot)(int64_t, const W*, const A*), int64_t n, const uint8_t
 struct DotOrder {
   bool x8 = false;
   bool single = false;
-  int64_t grouped = 0;  // activation rows [0, grouped) go four at a time in the batched Q4_K order
+  int64_t grouped = 0;  // activation rows [0, grouped) take the batched Q4_K order (llama.cpp groups them by four)
 };
 
 DotOrder dot_order(const MatmulJob& jb) {
