@@ -111,6 +111,20 @@ DF_AVX512 float dot_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a)
   return sum_lanes(acc);
 }
 
+// A block's integer lanes from codes stored plus 2^kShift (Q3_K: 4, IQ4_XS table values: 128), four 64-element
+// chunks u[i] with their per-lane scales sc[i]: sum of (u * a - 2^kShift * a) * scale, as the one-row kernels form it.
+template <int kShift>
+DF_AVX512 inline __m512i biased_sums(const __m512i (&u)[4], const __m512i (&sc)[4], const BlockQ8_K& y) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i sumi = _mm512_setzero_si512();
+  for (int i = 0; i < 4; ++i) {
+    const __m512i q8 = load512(y.qs + 64 * i);
+    const __m512i p = _mm512_sub_epi32(dp(u[i], q8), _mm512_slli_epi32(dp(ones, q8), kShift));
+    sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, sc[i]));
+  }
+  return sumi;
+}
+
 // dot_q2_k_q8_k of one row with nt activation rows, the block's codes, scales and mins unpacked once for all.
 DF_AVX512 void dotn_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* const a[], int nt, float* out) {
   const __m512i m3 = _mm512_set1_epi8(3);
@@ -206,16 +220,9 @@ DF_AVX512 void dotn_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* co
       }
     }
     const float dw = h2f(x.d);
-    for (int t = 0; t < nt; ++t) {
-      const BlockQ8_K& y = a[t][b];
-      __m512i sumi = _mm512_setzero_si512();
-      for (int i = 0; i < 4; ++i) {
-        const __m512i q8 = load512(y.qs + 64 * i);
-        const __m512i p = _mm512_sub_epi32(dp(u[i], q8), _mm512_slli_epi32(dp(ones, q8), 2));
-        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, scv[i]));
-      }
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * dw), _mm256_cvtepi32_ps(fold(sumi)), acc[t]);
-    }
+    for (int t = 0; t < nt; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][b].d * dw), _mm256_cvtepi32_ps(fold(biased_sums<2>(u, scv, a[t][b]))),
+                               acc[t]);
   }
   for (int t = 0; t < nt; ++t) out[t] = sum_lanes(acc[t]);
 }
@@ -477,7 +484,7 @@ DF_AVX512 void dotn_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K
   alignas(16) uint8_t biased[16];
   for (int i = 0; i < 16; ++i) biased[i] = uint8_t(kIQ4NLValues[i] + 128);
   const __m512i table = _mm512_broadcast_i32x4(load128(biased));
-  const __m512i m4 = nibbles(), ones = _mm512_set1_epi8(1);
+  const __m512i m4 = nibbles();
   __m256 acc[8];
   for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
@@ -491,16 +498,9 @@ DF_AVX512 void dotn_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K
       sc[sub / 2] = scales32(iq4_xs_scale(sub, x), iq4_xs_scale(sub + 1, x));
     }
     const float dw = h2f(x.d);
-    for (int t = 0; t < nt; ++t) {
-      const BlockQ8_K& y = a[t][b];
-      __m512i sumi = _mm512_setzero_si512();
-      for (int i = 0; i < 4; ++i) {
-        const __m512i q8 = load512(y.qs + 64 * i);
-        const __m512i p = _mm512_sub_epi32(dp(u[i], q8), _mm512_slli_epi32(dp(ones, q8), 7));
-        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, sc[i]));
-      }
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(fold(sumi)), acc[t]);
-    }
+    for (int t = 0; t < nt; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(fold(biased_sums<7>(u, sc, a[t][b]))),
+                               acc[t]);
   }
   for (int t = 0; t < nt; ++t) out[t] = sum_lanes(acc[t]);
 }
