@@ -309,8 +309,10 @@ struct MvParams {
 // parts' tiles in part order), warp w row w of each, so that the activations are staged once per block and a wide
 // matrix (the output head: 19,000 tiles) is not a stream of short blocks that each stage them again. Shared memory:
 // the activations, nt * act_bytes(cols).
+// One token: 4 blocks per SM (64 registers, which Q8_0's rows do not fit without spilling), so that twice the rows'
+// loads are in flight.
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kMvWarps * 32, T == GgmlType::Q4_0 && NT == 1 ? 4 : 2)
+__global__ void __launch_bounds__(kMvWarps * 32, NT == 1 && T != GgmlType::Q8_0 ? 4 : 2)
     decode_matvec_kernel(const __grid_constant__ MvParams p) {
   dev::allow_next();
   extern __shared__ __align__(16) int s_act[];
@@ -487,7 +489,7 @@ __global__ void __launch_bounds__(kNormThreads)
 // grid: (n_ff / 32, n_tok * n_used); warp w takes gate and up rows r0 + 2w and r0 + 2w + 1. Shared memory: token t's
 // activations (act_bytes(cols)), then the 2 x 32 dot products.
 template <GgmlType T>
-__global__ void __launch_bounds__(kGuWarps * 32, T == GgmlType::Q4_0 ? 2 : 1)  // Q4_0: a layer in one wave
+__global__ void __launch_bounds__(kGuWarps * 32, T == GgmlType::Q8_0 ? 1 : 2)  // 2 per SM: a layer in one wave
     moe_gate_up_kernel(const uint8_t* __restrict__ gw, uint64_t g_stride, const uint8_t* __restrict__ uw,
                        uint64_t u_stride, uint64_t row_bytes, int64_t cols, int64_t n_ff, int32_t n_expert,
                        const int32_t* __restrict__ ids, int n_used, const uint8_t* __restrict__ x_q8,
