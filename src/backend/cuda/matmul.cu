@@ -34,6 +34,7 @@ namespace {
 constexpr int kTile = 8;    // input vectors per block column
 constexpr int kWarps = 4;   // weight rows per block
 constexpr int kFvThreads = 256;  // float_matvec_kernel: threads per weight row
+constexpr int kFvPre = 8;        // float_matvec_kernel: a thread's weights loaded before the previous kernel ends
 
 // Lane `lane`'s partial dot products of one weight row with nt (<= NT) activation rows at act + j * act_stride.
 // act is Q8_0 blocks for the quantized types, f32 otherwise.
@@ -150,6 +151,24 @@ __global__ void __launch_bounds__(kFvThreads) float_matvec_kernel(const uint8_t*
                                                                   const float* __restrict__ x, int nt,
                                                                   float* __restrict__ y, const FvNorm n) {
   dev::allow_next();
+  const int64_t r = blockIdx.x;
+  const uint8_t* wr = w + uint64_t(r) * row_bytes;
+  auto weight = [&](int64_t i) {
+    if constexpr (T == GgmlType::F16) return dev::f16_to_f32(reinterpret_cast<const uint16_t*>(wr)[i]);
+    else if constexpr (T == GgmlType::BF16) return dev::bf16_to_f32(reinterpret_cast<const uint16_t*>(wr)[i]);
+    else return reinterpret_cast<const float*>(wr)[i];
+  };
+  // A row of up to kFvPre * kFvThreads columns (the router's 2,048) is loaded before the previous kernel has
+  // finished (weights are written by no kernel), so the row's memory latency overlaps it and the norm.
+  const bool pre = cols <= int64_t(kFvPre) * kFvThreads;
+  float wpre[kFvPre];
+  if (pre) {
+#pragma unroll
+    for (int k = 0; k < kFvPre; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * kFvThreads;
+      wpre[k] = i < cols ? weight(i) : 0.0f;
+    }
+  }
   dev::wait_prior();
   extern __shared__ float s_x[];  // normed: [nt][cols]
   if (n.norm != nullptr) {
@@ -166,19 +185,8 @@ __global__ void __launch_bounds__(kFvThreads) float_matvec_kernel(const uint8_t*
     x = s_x;
   }
   __shared__ float part[NT][kFvThreads / 32];
-  const int64_t r = blockIdx.x;
-  const uint8_t* wr = w + uint64_t(r) * row_bytes;
   float acc[NT] = {};
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < cols; i += kFvThreads) {
-    float wv;
-    if constexpr (T == GgmlType::F16) {
-      wv = dev::f16_to_f32(reinterpret_cast<const uint16_t*>(wr)[i]);
-    } else if constexpr (T == GgmlType::BF16) {
-      wv = dev::bf16_to_f32(reinterpret_cast<const uint16_t*>(wr)[i]);
-    } else {
-      wv = reinterpret_cast<const float*>(wr)[i];
-    }
+  auto add = [&](int64_t i, float wv) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       if (j < nt) {
@@ -188,6 +196,16 @@ __global__ void __launch_bounds__(kFvThreads) float_matvec_kernel(const uint8_t*
         acc[j] = fmaf(wv, xv, acc[j]);
       }
     }
+  };
+  if (pre) {
+#pragma unroll
+    for (int k = 0; k < kFvPre; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * kFvThreads;
+      if (i < cols) add(i, wpre[k]);
+    }
+  } else {
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < cols; i += kFvThreads) add(i, weight(i));
   }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
