@@ -126,6 +126,27 @@ std::vector<float> gpu_attention(const AttnCase& c, const AttnData& d, float sca
   return got;
 }
 
+// The same with the output's Q8_0 blocks written beside it (out_q8, as decode's output projection takes them):
+// they must equal quantize_q8_0's of that output.
+std::vector<float> gpu_attention_q8(const AttnCase& c, const AttnData& d, float scale) {
+  auto dq = cuda::to_device(d.q);
+  auto dk = cuda::to_device(d.k16);
+  auto dv = cuda::to_device(d.v16);
+  auto dpos = cuda::to_device(d.pos);
+  const int64_t od = int64_t(c.n_head) * c.hv;
+  cuda::DeviceBuffer dout(c.n_tok * od * 4), q8(cuda::q8_scratch_bytes(gguf::GgmlType::Q8_0, od, c.n_tok));
+  cuda::DeviceBuffer q8_want(q8.size());
+  cuda::DeviceBuffer work(cuda::attention_work_bytes(c.n_tok, c.n_head, c.hv, d.n_ctx));
+  cuda::attention({.q = dq.as<float>(), .k = dk.as<uint16_t>(), .v = dv.as<uint16_t>(), .out = dout.as<float>(),
+                   .pos = dpos.as<int32_t>(), .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim_k = c.hk,
+                   .head_dim_v = c.hv, .n_tok = c.n_tok, .scale = scale, .n_ctx = d.n_ctx,
+                   .work = c.work ? work.as<float>() : nullptr, .window = c.window, .out_q8 = q8.as<uint8_t>()});
+  cuda::quantize_q8_0({.x = dout.as<float>(), .y = q8_want.as<uint8_t>(), .n_rows = c.n_tok, .cols = od});
+  DF_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(download<uint8_t>(q8, q8.size()), download<uint8_t>(q8_want, q8.size())) << "out_q8";
+  return download<float>(dout, c.n_tok * od);
+}
+
 // The batches that run on tensor cores (kernels.h: more than 16 tokens, equal head dims 64/128/256).
 bool tensor_cores(const AttnCase& c) {
   return c.n_tok > 16 && c.window == 0 && c.hk == c.hv && (c.hk == 64 || c.hk == 128 || c.hk == 256);
@@ -163,6 +184,12 @@ TEST_P(CudaAttention, MatchesExactAndCpuAttention) {
   EXPECT_EQ(bad, 0u) << "outputs outside tolerance; first: element " << first_bad << " got " << got[first_bad]
                      << " exact " << exact[first_bad] << " cpu " << want[first_bad] << " (tolerances " << tol_exact
                      << " vs exact, " << tol_cpu << " vs cpu)";
+  if (!tensor_cores(c) && c.hv % 32 == 0) {
+    // With the Q8_0 blocks beside it (the merge, or quantize_q8_0 after a single part): the same floats.
+    const auto with_q8 = gpu_attention_q8(c, d, scale);
+    ASSERT_EQ(with_q8.size(), got.size());
+    EXPECT_EQ(std::memcmp(with_q8.data(), got.data(), got.size() * sizeof(float)), 0) << "with out_q8";
+  }
   std::printf("[attention] %s heads %d/%d dims %d/%d pos0 %lld n_tok %lld%s: max diff vs exact %.2e (tol %.1e), "
               "vs cpu %.2e (tol %.1e); cpu vs exact %.2e\n",
               tensor_cores(c) ? "mma  " : "split", c.n_head, c.n_head_kv, c.hk, c.hv, (long long)c.pos0,

@@ -23,6 +23,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/rms.cuh"
 #include "diskformer/cudart/check.h"
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/util/check.h"
@@ -240,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
 // grid (n_head, n_tok): out = sum over parts of acc_c * e^(m_c - M) / sum of l_c * e^(m_c - M), M the largest m_c.
 __global__ void __launch_bounds__(kThreads) merge_kernel(const float* __restrict__ work, float* __restrict__ out,
                                                          const int32_t* __restrict__ pos, int n_head, int hv,
-                                                         int n_split, int64_t window) {
+                                                         int n_split, int64_t window, uint8_t* __restrict__ out_q8) {
   dev::allow_next();
   dev::wait_prior();
   const int h = blockIdx.x;
@@ -256,10 +257,14 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const float* __restrict
   float l = 0.0f;
   for (int c = 0; c < parts; ++c) l = fmaf(w[c * (hv + 2) + hv + 1], wt[c], l);
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  // With out_q8, hv is a multiple of 32: each warp's 32 dims of a round are one Q8_0 block (the whole warp).
   for (int d = threadIdx.x; d < hv; d += kThreads) {
     float o = 0.0f;
     for (int c = 0; c < parts; ++c) o = fmaf(w[c * (hv + 2) + d], wt[c], o);
-    out[row * hv + d] = o * inv;
+    const float v = o * inv;
+    out[row * hv + d] = v;
+    if (out_q8 != nullptr)
+      dev::quantize_block_q8_0(v, out_q8 + (row * hv + d) / dev::kQK * dev::kQ8Bytes, int(threadIdx.x % 32));
   }
 }
 
@@ -490,6 +495,7 @@ void attention(const AttentionArgs& a) {
   DF_CHECK(reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0);
   DF_CHECK(a.n_tok >= 0 && a.n_tok <= 65535);
   DF_CHECK(a.work == nullptr || a.n_ctx > 0);
+  DF_CHECK(a.out_q8 == nullptr || a.head_dim_v % dev::kQK == 0);
   if (a.n_tok == 0) return;
   DF_CHECK(a.window >= 0);
   // The tensor-core kernel masks causally only: sliding windows take the split kernel (its blocks see at most the
@@ -525,7 +531,10 @@ void attention(const AttentionArgs& a) {
   if (n_split > 1)
     launch_early(merge_kernel, dim3(unsigned(a.n_head), unsigned(a.n_tok)), kThreads, 0, a.stream,
                  static_cast<const float*>(a.work), a.out, static_cast<const int32_t*>(a.pos), a.n_head, a.head_dim_v,
-                 n_split, a.window);
+                 n_split, a.window, a.out_q8);
+  else if (a.out_q8 != nullptr)
+    quantize_q8_0({.x = a.out, .y = a.out_q8, .n_rows = a.n_tok, .cols = int64_t(a.n_head) * a.head_dim_v,
+                   .stream = a.stream});
 }
 
 }  // namespace df::cuda

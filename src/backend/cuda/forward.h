@@ -51,10 +51,11 @@ class Forward {
   void normed_products(const float* x, const float* norm, int64_t n,
                        std::initializer_list<std::pair<const model::Mat*, float*>> outs);
   // x += W in (for a few tokens one launch that adds in its epilogue).
-  void add_product(const model::Mat& w, const float* in, int64_t n);
+  void add_product(const model::Mat& w, const float* in, int64_t n, const uint8_t* in_q8 = nullptr);
   // y = W act(in), or y += that (accumulate), n rows [n][w.rows]; the gate only where decode_matvec takes w.
+  // in_q8: in's Q8_0 blocks where its producer wrote them (no gate then), used where decode_matvec takes w.
   void product(const model::Mat& w, const float* in, int64_t n, float* y, bool accumulate = false,
-               const InputGate& gate = {});
+               const InputGate& gate = {}, const uint8_t* in_q8 = nullptr);
   // The same with the gate applied in any case: inside the product's launch where it can, else in place in `in`
   // first (its own launch).
   void gated_product(const model::Mat& w, float* in, const InputGate& gate, int64_t n, float* y,

@@ -230,6 +230,9 @@ struct AttentionArgs {
   float* work = nullptr;  // >= attention_work_bytes(n_tok, n_head, head_dim_v, n_ctx); nullptr: no split (slow decode)
   // > 0: token t sees only positions pos[t] - window + 1 .. pos[t] (a sliding-window layer; the split kernel).
   int64_t window = 0;
+  // Where given (head_dim_v a multiple of 32): out's Q8_0 blocks too, [n_tok][n_head * head_dim_v / 32] as
+  // quantize_q8_0 writes them, for the output projection (the merge writes them beside out, no extra launch).
+  uint8_t* out_q8 = nullptr;
 };
 void attention(const AttentionArgs& a);
 
