@@ -47,13 +47,23 @@ void Forward::normed_products(const float* x, const float* norm, int64_t n,
   bool fused = true;
   for (const auto& [w, y] : outs)
     fused = fused && q8_activation_type(w->type) && w->cols == int64_t(m_.spec.n_embd) &&
-            decode_matvec_supported(*w, n) && w->type == outs.begin()->first->type;
+            decode_matvec_supported(*w, n);
   if (fused) {
-    DecodeMatvecArgs d{.n_parts = int(outs.size()), .x = x, .n_tok = n, .stream = m_.stream, .norm = norm,
-                       .eps = m_.spec.norm_eps};
-    int i = 0;
-    for (const auto& [w, y] : outs) d.parts[i++] = {.w = *w, .y = y};
-    decode_matvec(d);
+    // A launch per weight type (q and k in Q4_K, v in Q6_K: two), each block norming x itself: fewer launches
+    // than one norm and a product each.
+    bool done[3] = {};
+    const auto* o = outs.begin();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (done[i]) continue;
+      DecodeMatvecArgs d{.n_parts = 0, .x = x, .n_tok = n, .stream = m_.stream, .norm = norm,
+                         .eps = m_.spec.norm_eps};
+      for (size_t j = i; j < outs.size(); ++j)
+        if (!done[j] && o[j].first->type == o[i].first->type) {
+          d.parts[d.n_parts++] = {.w = *o[j].first, .y = o[j].second};
+          done[j] = true;
+        }
+      decode_matvec(d);
+    }
     return;
   }
   const model::Mat* ws[3];

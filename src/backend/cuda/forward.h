@@ -46,8 +46,8 @@ class Forward {
   // blocks and the kernel takes every matrix, else a matmul each (the same results).
   void products(int64_t n, const uint8_t* xq, std::initializer_list<std::pair<const model::Mat*, float*>> outs);
   // The products of n rows of the residual stream at x, normed by `norm`, with up to 3 matrices: for a few tokens
-  // one decode_matvec launch whose blocks norm x themselves where it takes every matrix, else norm_input, then
-  // products (the same results).
+  // one decode_matvec launch per weight type whose blocks norm x themselves where it takes every matrix, else
+  // norm_input, then products (the same results).
   void normed_products(const float* x, const float* norm, int64_t n,
                        std::initializer_list<std::pair<const model::Mat*, float*>> outs);
   // x += W in (for a few tokens one launch that adds in its epilogue).
