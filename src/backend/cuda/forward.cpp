@@ -149,10 +149,10 @@ void Forward::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
   normed_products(at<float>(Buf::x), l.attn_norm.f32(), n, {{&l.wq, q}, {&l.wk, k}, {&l.wv, v}});
   const int32_t* pos = at<int32_t>(Buf::pos);
   const int64_t qd = int64_t(s.n_head) * hk, od = int64_t(s.n_head) * hv;
+  // The output projection's Q8_0 input, written by the attention's last launch, where decode_matvec takes wo.
+  uint8_t* oq = decode_matvec_supported(l.wo, n) && hv % 32 == 0 ? at<uint8_t>(Buf::scratch) : nullptr;
   // q-norm, k-norm, RoPE and the f16 KV store in one launch, then attention over the cache: for all n tokens in this
   // session's cache, or token by token in each one's own.
-  // The output projection's Q8_0 input written by the attention's last launch where decode_matvec takes wo.
-  uint8_t* oq = decode_matvec_supported(l.wo, n) && hv % 32 == 0 ? at<uint8_t>(Buf::scratch) : nullptr;
   auto attend = [&](int64_t first, int64_t count, uint16_t* k_cache, uint16_t* v_cache) {
     uint16_t* kc = k_cache + uint64_t(il) * C * kd;  // kv_layout's offsets for these families
     uint16_t* vc = v_cache + uint64_t(il) * C * vd;
