@@ -25,8 +25,8 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    generation_.fetch_add(1);
+    stop_.store(true);
+    generation_.store((generation_.load() | 1) + 1);  // even: spinning workers leave their loop and see stop_
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -47,43 +47,56 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
     for (int64_t t = 0; t < n_tasks; ++t) fn(t);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // A worker that joined the previous job late leaves it before this one's fields change.
-    while (active_.load(std::memory_order_acquire) != 0) {
-    }
-    fn_ = &fn;
-    n_tasks_ = n_tasks;
-    next_task_.store(0);
-    done_tasks_.store(0);
-    generation_.fetch_add(1, std::memory_order_release);
+  // The generation is odd and no worker is inside a job: the fields are the owner's.
+  fn_ = &fn;
+  n_tasks_ = n_tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  done_tasks_.store(0, std::memory_order_relaxed);
+  const uint64_t open = generation_.load(std::memory_order_relaxed) + 1;
+  generation_.store(open);
+  // A worker counts itself sleeping before it checks the generation under the mutex, so either it sees this job
+  // there or it is counted here and woken.
+  if (sleeping_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    wake_.notify_all();
   }
-  wake_.notify_all();
   work_on_current();
   while (done_tasks_.load(std::memory_order_acquire) < n_tasks) cpu_relax();
-  // Workers that woke late must not touch this job's fn after run() returns.
-  while (active_.load(std::memory_order_acquire) != 0) {
+  // Close the job, then wait for the workers inside it: they find no task left and leave. One that sees the job
+  // only now finds the generation moved on and backs out without touching the fields.
+  generation_.store(open + 1);
+  while (active_.load() != 0) cpu_relax();
+}
+
+uint64_t ThreadPool::wait_for_job(uint64_t seen) {
+  auto posted = [&](uint64_t g) { return g != seen && g % 2 == 0; };
+  const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 0;; ++i) {
+    const uint64_t g = generation_.load(std::memory_order_acquire);
+    if (posted(g)) return g;
+    cpu_relax();
+    if ((i & 255) == 255 && std::chrono::steady_clock::now() > spin_until) break;
   }
+  sleeping_.fetch_add(1);
+  uint64_t g = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait(lock, [&] { return posted(g = generation_.load()); });
+  }
+  sleeping_.fetch_sub(1);
+  return g;
 }
 
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
-    for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
-      cpu_relax();
-      if ((i & 255) == 255 && std::chrono::steady_clock::now() > spin_until) break;
-    }
-    if (generation_.load(std::memory_order_acquire) == seen) {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return generation_.load() != seen; });
-    }
-    std::unique_lock<std::mutex> lock(mu_);
-    seen = generation_.load();
-    if (stop_) return;
+    const uint64_t g = wait_for_job(seen);
+    if (stop_.load()) return;
+    seen = g;
     active_.fetch_add(1);
-    lock.unlock();
-    work_on_current();
+    // Counted inside before checking that the job is still open: run() closes it before it waits for active_ to
+    // reach zero, so a job seen open here keeps its fields until this worker leaves.
+    if (generation_.load() == g) work_on_current();
     active_.fetch_sub(1, std::memory_order_release);
   }
 }

@@ -32,18 +32,25 @@ class ThreadPool {
  private:
   void worker_loop();
   void work_on_current();
+  // Blocks until generation_ holds an even value other than `seen` (or the pool stops); returns that value.
+  uint64_t wait_for_job(uint64_t seen);
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int64_t> next_task_{0};
-  std::atomic<int64_t> done_tasks_{0};
-  std::atomic<int> active_{0};
+  // A decode step posts hundreds of jobs: posting and joining one takes no lock unless a worker sleeps. The
+  // generation is even while a job is open and odd while the owner changes the job's fields, so a worker that saw
+  // a job late backs out instead of reading them half-written. Each counter has its own cache line: the spinning
+  // workers read generation_ while the busy ones bump the task counters.
+  alignas(64) std::atomic<uint64_t> generation_{1};
+  alignas(64) std::atomic<int64_t> next_task_{0};
+  alignas(64) std::atomic<int64_t> done_tasks_{0};
+  alignas(64) std::atomic<int> active_{0};  // workers inside a job
+  std::atomic<int> sleeping_{0};
+  std::atomic<bool> stop_{false};
   int64_t n_tasks_ = 0;
   const std::function<void(int64_t)>* fn_ = nullptr;
-  bool stop_ = false;
+  std::mutex mu_;  // only for sleeping and waking
+  std::condition_variable wake_;
 };
 
 // Physical cores where /sys tells them, hardware threads otherwise.
