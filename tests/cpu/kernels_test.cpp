@@ -791,6 +791,25 @@ TEST(ThreadPool, WakesSleepingWorkersAndStopsWithThem) {
   pool.reset();  // joins workers that sleep
 }
 
+TEST(Ops, ForRangesCoversEachElementOnceInAlignedRanges) {
+  ThreadPool pool(3);
+  Context ctx;
+  ctx.pool = &pool;
+  for (const int64_t n : {0, 1, 7, 100, 16383, 100000}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::atomic<int> calls{0};
+    ctx.for_ranges(n, 8, 1000, [&](int64_t i0, int64_t i1) {
+      calls.fetch_add(1);
+      EXPECT_EQ(i0 % 8, 0);
+      EXPECT_TRUE(i1 % 8 == 0 || i1 == n);
+      for (int64_t i = i0; i < i1; ++i) hits[size_t(i)].fetch_add(1);
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "n " << n;
+    // Under two grains the elements stay on the calling thread, in one range; beyond, one range per thread.
+    EXPECT_EQ(calls.load(), n == 0 ? 0 : n < 2000 ? 1 : 3) << "n " << n;
+  }
+}
+
 TEST(Ops, MatmulIsIndependentOfThreadsAndBatch) {
   // A Q4_0 matrix of 48 rows x 128 columns against 6 activation rows (a group of four and a tail of two).
   auto blocks = random_q4_0(48 * 4, 99);

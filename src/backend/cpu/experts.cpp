@@ -9,8 +9,8 @@ void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std
   DF_CHECK(first.size() == ew.size() + 1);
   if (ew.empty()) return;
   const int64_t E = ew[0].gate.cols, F = ew[0].gate.rows, rows = first.back();
-  if (scratch.gate.size() < uint64_t(rows * F)) scratch.gate.resize(uint64_t(rows * F));
-  if (scratch.up.size() < uint64_t(rows * F)) scratch.up.resize(uint64_t(rows * F));
+  scratch.gate.grow(uint64_t(rows * F));
+  scratch.up.grow(uint64_t(rows * F));
   std::vector<MatmulJob> jobs;
   jobs.reserve(2 * ew.size());
   for (size_t i = 0; i < ew.size(); ++i) {
@@ -20,9 +20,9 @@ void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std
   }
   matmul_many(ctx, jobs);
   if (act == GateActivation::kGeGlu) {
-    geglu(scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
+    geglu(ctx, scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
   } else {
-    swiglu(scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
+    swiglu(ctx, scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
   }
   jobs.clear();
   for (size_t i = 0; i < ew.size(); ++i) {

@@ -24,7 +24,7 @@ void rope_cache_attend(Context& ctx, const model::ModelSpec& s, KvCache& kv, uin
                        float* k, const float* v, float* attn) {
   const int hk = int(s.head_dim_k), hv = int(s.head_dim_v);
   const int64_t qd = s.q_dim(), kd = s.kv_dim_k(), vd = s.kv_dim_v();
-  for (int64_t t = 0; t < n; ++t) {
+  ctx.for_rows(n, kRowGrain, [&](int64_t t) {
     const int64_t pos = kv.n_past + t;
     RopeAngles angles;
     rope_angles(int(s.n_rot), pos, s.rope_base, nullptr, angles);
@@ -32,7 +32,7 @@ void rope_cache_attend(Context& ctx, const model::ModelSpec& s, KvCache& kv, uin
     rope_rotate(k + t * kd, int(s.n_head_kv), hk, int(s.n_rot), s.rope_style, angles);
     ctx.kernels->to_f16(k + t * kd, kv.k_at(il, uint32_t(pos)), kd);
     ctx.kernels->to_f16(v + t * vd, kv.v_at(il, uint32_t(pos)), vd);
-  }
+  });
   attention(ctx, {.q = q,
                   .k = kv.k_at(il, 0),
                   .v = kv.v_at(il, 0),
@@ -72,10 +72,11 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
   for (uint32_t il = 0; il < s_.n_layer; ++il) {
     DF_ASSIGN(const model::LayerWeights* lw, dense_layer(w_, il, s_.n_layer, layer_pin_, streamed));
     // Attention sublayer with a residual connection.
-    for (int64_t t = 0; t < n; ++t)
+    ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
       rms_norm(b_.x.data() + t * E, lw->attn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    });
     DF_TRY(attention_block(*lw, il, n, kv));
-    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    add(ctx_, b_.x.data(), b_.proj.data(), n * E, b_.x.data());
     guess_.clear();
     if (n == 1 && il + 1 < s_.n_layer) guess_experts(il + 1);
     // Feed-forward sublayer with a residual connection. As llama.cpp does, the last block feeds forward only the
@@ -83,13 +84,14 @@ Status Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all_logit
     // every token's route.
     const int64_t f0 = il + 1 == s_.n_layer && !all_logits && !routing_ ? n - 1 : 0, nf = n - f0;
     float* xf = b_.x.data() + f0 * E;
-    for (int64_t t = 0; t < nf; ++t) rms_norm(xf + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    ctx_.for_rows(nf, kRowGrain,
+                  [&](int64_t t) { rms_norm(xf + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E); });
     if (s_.moe()) {
       DF_TRY(moe_ffn(*lw, il, nf));
     } else {
       dense_ffn(*lw, nf);
     }
-    for (int64_t i = 0; i < nf * E; ++i) xf[i] += b_.proj[i];
+    add(ctx_, xf, b_.proj.data(), nf * E, xf);
   }
   layer_pin_.release();
   kv.n_past += static_cast<uint32_t>(n);
@@ -126,7 +128,7 @@ Status Forward::attention_block(const model::LayerWeights& lw, uint32_t il, int6
                            {&lw.wk, b_.xn.data(), n, b_.k.data(), one_row_},
                            {&lw.wv, b_.xn.data(), n, b_.v.data(), one_row_}};
   matmul_many(ctx_, qkv);
-  for (int64_t t = 0; t < n; ++t) qk_norm(lw, b_.q.data() + t * qd, b_.k.data() + t * kd);
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) { qk_norm(lw, b_.q.data() + t * qd, b_.k.data() + t * kd); });
   rope_cache_attend(ctx_, s_, kv, il, n, b_.q.data(), b_.k.data(), b_.v.data(), b_.attn.data());
   matmul(lw.wo, b_.attn.data(), n, b_.proj.data());
   return {};
@@ -146,7 +148,7 @@ void Forward::dense_ffn(const model::LayerWeights& lw, int64_t n) {
   const MatmulJob gate_up[] = {{&lw.ffn_gate, b_.xn.data(), n, b_.gate.data(), one_row_},
                                {&lw.ffn_up, b_.xn.data(), n, b_.up.data(), one_row_}};
   matmul_many(ctx_, gate_up);
-  swiglu(b_.gate.data(), b_.up.data(), n * F, b_.gate.data());
+  swiglu(ctx_, b_.gate.data(), b_.up.data(), n * F, b_.gate.data());
   matmul(lw.ffn_down, b_.gate.data(), n, b_.proj.data());
 }
 

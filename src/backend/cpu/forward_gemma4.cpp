@@ -16,9 +16,9 @@ void scale(float* x, int64_t n, float s) {
 }
 
 // Each of n rows of `width`: y = norm(y) * weight, in place (weight nullptr: no multiply).
-void norm_rows(float* y, const model::Mat& weight, int64_t n, int64_t width, float eps) {
+void norm_rows(Context& ctx, float* y, const model::Mat& weight, int64_t n, int64_t width, float eps) {
   const float* w = weight.present() ? weight.f32() : nullptr;
-  for (int64_t t = 0; t < n; ++t) rms_norm(y + t * width, w, width, eps, y + t * width);
+  ctx.for_rows(n, kRowGrain, [&](int64_t t) { rms_norm(y + t * width, w, width, eps, y + t * width); });
 }
 
 }  // namespace
@@ -44,26 +44,28 @@ Status Gemma4Forward::run(std::span<const int32_t> tokens, KvCache& kv, bool all
     float* f = b_.proj.data();
 
     // Attention, normed after as well as before, then the residual.
-    for (int64_t t = 0; t < n; ++t) rms_norm(x + t * E, lw->attn_norm.f32(), E, eps, b_.xn.data() + t * E);
+    ctx_.for_rows(n, kRowGrain,
+                  [&](int64_t t) { rms_norm(x + t * E, lw->attn_norm.f32(), E, eps, b_.xn.data() + t * E); });
     attention(*lw, il, n, kv);
-    norm_rows(f, lw->attn_post_norm, n, E, eps);
-    for (int64_t i = 0; i < n * E; ++i) a[i] = f[i] + x[i];
+    norm_rows(ctx_, f, lw->attn_post_norm, n, E, eps);
+    add(ctx_, f, x, n * E, a);
     guess_.clear();
     if (n == 1 && il + 1 < s_.n_layer) guess_experts(il + 1);
 
     // Feed-forward: the dense MLP, and in a MoE layer the routed experts beside it, each normed, then summed.
-    for (int64_t t = 0; t < n; ++t) rms_norm(a + t * E, lw->ffn_norm.f32(), E, eps, b_.xn.data() + t * E);
+    ctx_.for_rows(n, kRowGrain,
+                  [&](int64_t t) { rms_norm(a + t * E, lw->ffn_norm.f32(), E, eps, b_.xn.data() + t * E); });
     if (lw->gate_inp.present()) {
       mlp(*lw, il, n, b_.xn.data(), b_.mlp.data());
-      norm_rows(b_.mlp.data(), lw->ffn_post_norm_1, n, E, eps);
+      norm_rows(ctx_, b_.mlp.data(), lw->ffn_post_norm_1, n, E, eps);
       DF_TRY(routed_experts(*lw, il, n));
-      norm_rows(f, lw->ffn_post_norm_2, n, E, eps);
-      for (int64_t i = 0; i < n * E; ++i) f[i] = b_.mlp[i] + f[i];
+      norm_rows(ctx_, f, lw->ffn_post_norm_2, n, E, eps);
+      add(ctx_, b_.mlp.data(), f, n * E, f);
     } else {
       mlp(*lw, il, n, b_.xn.data(), f);
     }
-    norm_rows(f, lw->ffn_post_norm, n, E, eps);
-    for (int64_t i = 0; i < n * E; ++i) x[i] = f[i] + a[i];
+    norm_rows(ctx_, f, lw->ffn_post_norm, n, E, eps);
+    add(ctx_, f, a, n * E, x);
 
     if (s_.n_embd_per_layer > 0) ple_block(*lw, il, n);
     if (lw->out_scale.present()) scale(x, n * E, lw->out_scale.f32()[0]);
@@ -101,7 +103,7 @@ Status Gemma4Forward::per_layer_inputs(std::span<const int32_t> tokens) {
   float* pl = b_.ple.data();
   matmul(w_.ple_model_proj, b_.x.data(), n, pl);
   scale(pl, n * LP, 1.0f / std::sqrt(float(E)));
-  norm_rows(pl, w_.ple_proj_norm, n * int64_t(s_.n_layer), P, s_.norm_eps);
+  norm_rows(ctx_, pl, w_.ple_proj_norm, n * int64_t(s_.n_layer), P, s_.norm_eps);
   const float half = 1.0f / std::sqrt(2.0f);
   for (int64_t i = 0; i < n * LP; ++i) pl[i] = (pl[i] + rows[i]) * half;
   return {};
@@ -126,14 +128,14 @@ void Gemma4Forward::attention(const model::LayerWeights& lw, uint32_t il, int64_
   // Full layers rotate by frequencies divided by rope_freqs ("proportional" RoPE: the pairs past a quarter of the
   // head barely turn).
   const float* ff = l.sliding ? nullptr : w_.rope_freqs.f32();
-  for (int64_t t = 0; t < n; ++t) {
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
     const int64_t pos = kv.n_past + t;
     float* q = b_.q.data() + t * qd;
     for (int h = 0; h < H; ++h) rms_norm(q + h * D, lw.q_norm.f32(), D, eps, q + h * D);
     RopeAngles angles;  // q's and k's
     rope_angles(int(l.n_rot), pos, l.rope_base, ff, angles);
     rope_rotate(q, H, D, int(l.n_rot), model::RopeStyle::kNeox, angles);
-    if (!own_kv) continue;
+    if (!own_kv) return;
     float* k = b_.k.data() + t * kd;
     float* v = b_.v.data() + t * kd;
     if (!lw.wv.present()) std::copy_n(k, kd, v);  // K's raw projection doubles as V
@@ -144,7 +146,7 @@ void Gemma4Forward::attention(const model::LayerWeights& lw, uint32_t il, int64_
     rope_rotate(k, Hkv, D, int(l.n_rot), model::RopeStyle::kNeox, angles);
     ctx_.kernels->to_f16(k, kv.k_at(il, uint32_t(pos)), kd);
     ctx_.kernels->to_f16(v, kv.v_at(il, uint32_t(pos)), kd);
-  }
+  });
   // A layer that shares KV reads its source's cache, which the source filled for this batch already.
   cpu::attention(ctx_, {.q = b_.q.data(),
                         .k = kv.k_at(il, 0),
@@ -168,7 +170,7 @@ void Gemma4Forward::mlp(const model::LayerWeights& lw, uint32_t il, int64_t n, c
   const MatmulJob gate_up[] = {{&lw.ffn_gate, in, n, b_.gate.data()},
                                {&lw.ffn_up, in, n, b_.up.data()}};
   matmul_many(ctx_, gate_up);
-  geglu(b_.gate.data(), b_.up.data(), n * F, b_.gate.data());
+  geglu(ctx_, b_.gate.data(), b_.up.data(), n * F, b_.gate.data());
   matmul(lw.ffn_down, b_.gate.data(), n, out);
 }
 
@@ -176,11 +178,11 @@ void Gemma4Forward::router_input(const model::LayerWeights& lw, const float* a, 
   const int64_t E = s_.n_embd;
   const float inv_sqrt_d = 1.0f / std::sqrt(float(E));
   const float* rs = lw.router_scale.f32();
-  for (int64_t t = 0; t < n; ++t) {
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
     float* y = out + t * E;
     rms_norm(a + t * E, nullptr, E, s_.norm_eps, y);
     for (int64_t i = 0; i < E; ++i) y[i] = (y[i] * inv_sqrt_d) * rs[i];
-  }
+  });
 }
 
 void Gemma4Forward::guess_experts(uint32_t next) {
@@ -205,20 +207,21 @@ Status Gemma4Forward::routed_experts(const model::LayerWeights& lw, uint32_t il,
   router_input(lw, b_.attn_out.data(), n, b_.router.data());
   matmul(lw.gate_inp, b_.router.data(), n, b_.probs.data());
   // Softmax over all experts, the top K by probability, their weights renormalized over the K.
-  route_top_k(b_.probs.data(), n, X, K, /*renormalize=*/true, route_);
+  route_top_k(ctx_, b_.probs.data(), n, X, K, /*renormalize=*/true, route_);
   stats_.expert_uses += uint64_t(n * K);
   if (routing_) routing_->record(il, route_.sel.data(), n);
 
   // The experts' input: norm(a) pre_ffw_norm_2 (xn is free: the dense MLP has read it).
-  for (int64_t t = 0; t < n; ++t)
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
     rms_norm(b_.attn_out.data() + t * E, lw.ffn_pre_norm_2.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+  });
   DF_TRY(routed_expert_rows(ctx_,
                             {.tier = w_.expert_tier, .layout = &w_.layouts->experts[il], .layer = il, .n_expert = X,
                              .n_embd = E, .guess = guess_, .act = GateActivation::kGeGlu},
                             route_, n, b_.xn.data(), b_.expert_out.data(), b_.routed));
   // Each output times its expert's scale, then its weight, summed in routing order as llama.cpp adds the views.
   const float* es = lw.down_exps_scale.present() ? lw.down_exps_scale.f32() : nullptr;
-  for (int64_t t = 0; t < n; ++t) {
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
     float* out = b_.proj.data() + t * E;
     for (int64_t k = 0; k < K; ++k) {
       const float* eo = b_.expert_out.data() + (t * K + k) * E;
@@ -228,7 +231,7 @@ Status Gemma4Forward::routed_experts(const model::LayerWeights& lw, uint32_t il,
         out[i] = k == 0 ? y : out[i] + y;
       }
     }
-  }
+  });
   return {};
 }
 
@@ -244,8 +247,8 @@ void Gemma4Forward::ple_block(const model::LayerWeights& lw, uint32_t il, int64_
   }
   float* y = b_.proj.data();
   matmul(lw.ple_proj, g, n, y);
-  norm_rows(y, lw.ple_post_norm, n, E, s_.norm_eps);
-  for (int64_t i = 0; i < n * E; ++i) b_.x[i] += y[i];
+  norm_rows(ctx_, y, lw.ple_post_norm, n, E, s_.norm_eps);
+  add(ctx_, b_.x.data(), y, n * E, b_.x.data());
 }
 
 }  // namespace df::cpu

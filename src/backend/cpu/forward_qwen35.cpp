@@ -34,22 +34,24 @@ Status HybridForward::run(std::span<const int32_t> tokens, KvCache& kv, Recurren
 
   for (uint32_t il = 0; il < s_.n_layer; ++il) {
     const model::LayerWeights& lw = w_.layers[il];
-    for (int64_t t = 0; t < n; ++t)
+    ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
       rms_norm(b_.x.data() + t * E, lw.attn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    });
     if (s_.is_recurrent(il)) {
       delta_net(lw, slot_[il], n, state, o);
     } else {
       attention_block(lw, il, n, kv);
     }
-    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    add(ctx_, b_.x.data(), b_.proj.data(), n * E, b_.x.data());
     guess_.clear();
     if (n == 1 && il + 1 < s_.n_layer) guess_experts(il + 1);
     // Unlike qwen3moe's, llama.cpp's qwen35moe graph feeds forward every row of the last block, not only those
     // whose logits are asked for: the products keep the batch's orders.
-    for (int64_t t = 0; t < n; ++t)
+    ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
       rms_norm(b_.x.data() + t * E, lw.ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    });
     DF_TRY(ffn(lw, il, n));
-    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    add(ctx_, b_.x.data(), b_.proj.data(), n * E, b_.x.data());
   }
   kv.n_past += static_cast<uint32_t>(n);
   state.n_past += static_cast<uint32_t>(n);
@@ -113,11 +115,11 @@ void HybridForward::delta_net(const model::LayerWeights& lw, uint32_t slot, int6
   }
   causal_conv1d(ctx_, {.x = b_.mixed.data(), .n_tok = n, .channels = C, .w = lw.ssm_conv.f32(),
                        .kernel = int(d.conv_kernel), .window = state.conv_at(slot), .y = b_.conv.data()});
-  for (int64_t t = 0; t < n; ++t) {
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
     float* c = b_.conv.data() + t * C;
     silu(*ctx_.kernels, c, C, c);
     for (int64_t j = 0; j < 2 * int64_t(d.n_k_heads); ++j) l2_norm(c + j * S, S, s_.norm_eps, c + j * S);
-  }
+  });
   gated_delta_rule(ctx_, {.q = b_.conv.data(), .k = b_.conv.data() + Kd, .v = b_.conv.data() + 2 * Kd, .stride = C,
                           .g = b_.g.data(), .beta = b_.beta.data(), .state = state.ssm_at(slot),
                           .out = b_.core.data(), .n_tok = n, .n_k_heads = int(d.n_k_heads), .n_v_heads = int(Hv),
@@ -125,13 +127,13 @@ void HybridForward::delta_net(const model::LayerWeights& lw, uint32_t slot, int6
                           .save = o.save ? o.save->ssm_at(slot) : nullptr,
                           .save_after = o.save_after});
   // The gated norm per v head: rmsnorm(out) * ssm_norm * silu(z).
-  for (int64_t r = 0; r < n * Hv; ++r) {
+  ctx_.for_rows(n * Hv, kRowGrain * Hv, [&](int64_t r) {
     float* o = b_.core.data() + r * S;
     float* z = b_.z.data() + r * S;
     rms_norm(o, lw.ssm_norm.f32(), S, s_.norm_eps, o);
     silu(*ctx_.kernels, z, S, z);
     for (int64_t i = 0; i < S; ++i) o[i] *= z[i];
-  }
+  });
   matmul(lw.ssm_out, b_.core.data(), n, b_.proj.data());
 }
 
@@ -147,7 +149,7 @@ void HybridForward::attention_block(const model::LayerWeights& lw, uint32_t il, 
                            {&lw.wk, b_.xn.data(), n, b_.k.data()},
                            {&lw.wv, b_.xn.data(), n, b_.v.data()}};
   matmul_many(ctx_, qkv);
-  for (int64_t t = 0; t < n; ++t) {
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
     float* q = b_.q.data() + t * qd;
     float* k = b_.k.data() + t * kd;
     for (int64_t h = 0; h < H; ++h) {
@@ -156,7 +158,7 @@ void HybridForward::attention_block(const model::LayerWeights& lw, uint32_t il, 
       std::copy_n(qg + D, D, b_.gate.data() + t * qd + h * D);
     }
     for (uint32_t h = 0; h < s_.n_head_kv; ++h) rms_norm(k + h * D, lw.k_norm.f32(), D, s_.norm_eps, k + h * D);
-  }
+  });
   rope_cache_attend(ctx_, s_, kv, il, n, b_.q.data(), b_.k.data(), b_.v.data(), b_.attn.data());
   for (int64_t i = 0; i < n * qd; ++i) b_.attn[i] *= sigmoid(b_.gate[i]);
   matmul(lw.wo, b_.attn.data(), n, b_.proj.data());
@@ -182,15 +184,16 @@ Status HybridForward::ffn(const model::LayerWeights& lw, uint32_t il, int64_t n)
                                {&lw.up_shexp, b_.xn.data(), n, b_.sh_up.data()},
                                {&lw.gate_inp_shexp, b_.xn.data(), n, b_.sh_logit.data()}};
   matmul_many(ctx_, gate_up);
-  for (int64_t t = 0; t < n; ++t)
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
     swiglu(b_.sh_gate.data() + t * Fs, b_.sh_up.data() + t * Fs, Fs, b_.sh_gate.data() + t * Fs);
+  });
   matmul(lw.down_shexp, b_.sh_gate.data(), n, b_.sh_out.data());
-  for (int64_t t = 0; t < n; ++t) {
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
     const float scale = sigmoid(b_.sh_logit[t]);
     float* out = b_.proj.data() + t * E;
     const float* sh = b_.sh_out.data() + t * E;
     for (int64_t i = 0; i < E; ++i) out[i] += sh[i] * scale;
-  }
+  });
   return {};
 }
 

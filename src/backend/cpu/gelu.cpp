@@ -45,4 +45,8 @@ void geglu(const float* gate, const float* up, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = gate[i] <= -10.0f ? 0.0f : gelu_lookup(t, gate[i]) * up[i];
 }
 
+void geglu(Context& ctx, const float* gate, const float* up, int64_t n, float* y) {
+  ctx.for_ranges(n, 1, kElementGrain, [&](int64_t i0, int64_t i1) { geglu(gate + i0, up + i0, i1 - i0, y + i0); });
+}
+
 }  // namespace df::cpu

@@ -19,6 +19,25 @@ void Context::parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn) 
   }
 }
 
+void Context::for_ranges(int64_t n, int64_t align, int64_t grain,
+                         const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  const int64_t threads = pool ? pool->size() : 1;
+  const int64_t tasks = std::min(threads, n / std::max<int64_t>(grain, 1));
+  if (tasks <= 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t chunk = ((n + tasks - 1) / tasks + align - 1) / align * align;
+  parallel((n + chunk - 1) / chunk, [&](int64_t t) { fn(t * chunk, std::min(n, (t + 1) * chunk)); });
+}
+
+void Context::for_rows(int64_t n, int64_t grain, const std::function<void(int64_t)>& fn) {
+  for_ranges(n, 1, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) fn(r);
+  });
+}
+
 namespace {
 
 // The activation format llama.cpp's CPU backend pairs with each weight type (its vec_dot_type): Q8_0 for the
@@ -129,7 +148,7 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     DF_CHECK(jobs[i].w->data != nullptr && model::matmul_type_supported(jobs[i].w->type));
     act_off[i + 1] = act_off[i] + act_row_bytes(jobs[i].w->type, jobs[i].w->cols) * uint64_t(jobs[i].n_tok);
   }
-  if (ctx.act.size() < act_off.back()) ctx.act.resize(act_off.back());
+  ctx.act.grow(act_off.back());
   // Converted in parallel, a row range per task: a prefill batch has thousands of rows (the routed experts' copies
   // of their tokens), which one thread would convert while the others wait.
   int64_t n_rows = 0;
@@ -317,6 +336,18 @@ Status gather_rows(const model::Mat& table, cache::RecordTier* rows, std::span<c
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* y) { best_kernels().swiglu(n, gate, up, y); }
+
+void add(Context& ctx, const float* a, const float* b, int64_t n, float* y) {
+  ctx.for_ranges(n, 16, kElementGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) y[i] = a[i] + b[i];
+  });
+}
+
+void swiglu(Context& ctx, const float* gate, const float* up, int64_t n, float* y) {
+  // Bounds at multiples of 8, so that only the whole batch's last elements take the kernel's scalar tail.
+  ctx.for_ranges(n, 8, kElementGrain,
+                 [&](int64_t i0, int64_t i1) { ctx.kernels->swiglu(i1 - i0, gate + i0, up + i0, y + i0); });
+}
 
 void softmax(float* x, int64_t n) {
   float mx = -INFINITY;

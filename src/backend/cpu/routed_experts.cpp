@@ -6,25 +6,29 @@
 
 namespace df::cpu {
 
-void route_top_k(float* probs, int64_t n_tok, int64_t n_expert, int64_t k, bool renormalize, Routing& out) {
+void route_top_k(Context& ctx, float* probs, int64_t n_tok, int64_t n_expert, int64_t k, bool renormalize,
+                 Routing& out) {
   out.sel.resize(size_t(n_tok * k));
   out.weight.resize(size_t(n_tok * k));
-  out.users.assign(size_t(n_expert), {});
-  std::vector<int32_t> order(static_cast<size_t>(n_expert));
-  for (int64_t t = 0; t < n_tok; ++t) {
-    float* p = probs + t * n_expert;
-    softmax(p, n_expert);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-    double sum = 0.0;
-    for (int64_t j = 0; j < k; ++j) sum += double(p[order[j]]);
-    const float fsum = std::max(float(sum), 6.103515625e-5f);
-    for (int64_t j = 0; j < k; ++j) {
-      out.sel[t * k + j] = order[j];
-      out.weight[t * k + j] = renormalize ? p[order[j]] / fsum : p[order[j]];
-      out.users[order[j]].push_back({t, j});
+  ctx.for_ranges(n_tok, 1, kRowGrain, [&](int64_t t0, int64_t t1) {
+    std::vector<int32_t> order(static_cast<size_t>(n_expert));
+    for (int64_t t = t0; t < t1; ++t) {
+      float* p = probs + t * n_expert;
+      softmax(p, n_expert);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+      double sum = 0.0;
+      for (int64_t j = 0; j < k; ++j) sum += double(p[order[j]]);
+      const float fsum = std::max(float(sum), 6.103515625e-5f);
+      for (int64_t j = 0; j < k; ++j) {
+        out.sel[t * k + j] = order[j];
+        out.weight[t * k + j] = renormalize ? p[order[j]] / fsum : p[order[j]];
+      }
     }
-  }
+  });
+  out.users.assign(size_t(n_expert), {});
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t j = 0; j < k; ++j) out.users[out.sel[t * k + j]].push_back({t, j});
 }
 
 void top_k_ids(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& out) {
@@ -60,8 +64,8 @@ Status routed_expert_rows(Context& ctx, const RoutedLayer& l, const Routing& r, 
       first.push_back(first.back() + int64_t(r.users[ids[i]].size()));
     }
     const uint64_t rows = uint64_t(first.back());
-    if (sc.gather.size() < rows * E) sc.gather.resize(rows * E);
-    if (sc.down.size() < rows * E) sc.down.resize(rows * E);
+    sc.gather.grow(rows * E);
+    sc.down.grow(rows * E);
     // The copies in and out are tens of MB for a prefill batch: one expert per task (decode's few rows stay on
     // this thread rather than wake the pool).
     auto per_expert = [&](const std::function<void(int64_t)>& fn) {

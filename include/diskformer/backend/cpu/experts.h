@@ -14,7 +14,7 @@
 namespace df::cpu {
 
 struct ExpertScratch {
-  std::vector<float> gate, up;  // [rows][n_ff_expert]
+  WorkBuffer<float> gate, up;  // [rows][n_ff_expert]
 };
 
 // How an expert combines its gate and up products: silu(gate) * up (SwiGLU), or gelu(gate) * up (GEGLU, gemma4).

@@ -49,8 +49,8 @@ class MoeLayer {
 
  private:
   const model::ModelSpec& s_;
-  std::vector<float> router_;      // [n_tok][n_expert]
-  std::vector<float> expert_out_;  // [n_tok][n_expert_used][n_embd]
+  WorkBuffer<float> router_;      // [n_tok][n_expert]
+  WorkBuffer<float> expert_out_;  // [n_tok][n_expert_used][n_embd]
   Routing route_;
   RoutedScratch scratch_;
   uint64_t expert_uses_ = 0;

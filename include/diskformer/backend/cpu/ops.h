@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -22,14 +23,48 @@ void ensure_size(std::vector<T>& v, uint64_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+// A reused work buffer whose contents are written before they are read: it grows without zeroing or copying, so
+// that its fresh pages are first touched by the tasks that write them, on every thread, not zeroed on the owner's
+// thread before the job starts (tens of MB for a prefill batch's routed rows).
+template <typename T>
+class WorkBuffer {
+ public:
+  // At least n elements; after a growth their values are unspecified.
+  T* grow(uint64_t n) {
+    if (n > size_) {
+      data_.reset(new T[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+  T* data() const { return data_.get(); }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  uint64_t size_ = 0;
+};
+
 struct Context {
   const Kernels* kernels = &best_kernels();
   ThreadPool* pool = nullptr;    // nullptr: run on the calling thread
-  std::vector<uint8_t> act;      // converted activations of the current matmul
+  WorkBuffer<uint8_t> act;       // converted activations of the current matmul
   uint64_t weight_bytes_read = 0;  // bytes of weights the matmuls streamed through (for bench's GB/s)
 
   void parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn);
+  // fn(i0, i1) over [0, n) in one range per thread, the bounds multiples of `align`, each range at least `grain`
+  // long: fewer elements stay on this thread rather than wake the pool. For the row-wise and element-wise steps
+  // between the products, which would otherwise leave every other thread waiting; each element is computed as on
+  // one thread. Not from inside a task of the pool.
+  void for_ranges(int64_t n, int64_t align, int64_t grain, const std::function<void(int64_t i0, int64_t i1)>& fn);
+  // fn(row) for every row < n, as for_ranges with ranges of at least `grain` rows.
+  void for_rows(int64_t n, int64_t grain, const std::function<void(int64_t row)>& fn);
 };
+
+// Rows a task of Context::for_rows takes at least: a norm, RoPE or routing of one token is a few microseconds,
+// about what starting a job of the pool costs.
+constexpr int64_t kRowGrain = 4;
+// Elements a task of an element-wise step (a residual add, an activation) takes at least.
+constexpr int64_t kElementGrain = 16384;
 
 // y[t][r] = dot(W row r, x[t]) for t < n_tok: x is [n_tok][w.cols], y is [n_tok][w.rows].
 void matmul(Context& ctx, const model::Mat& w, const float* x, int64_t n_tok, float* y);
@@ -72,13 +107,19 @@ void get_row(const model::Mat& w, int64_t row, float* out);
 // row once, as many at a time as the tier pins. Errors: a failed read of a row.
 Status gather_rows(const model::Mat& table, cache::RecordTier* rows, std::span<const int32_t> ids, float* out);
 
+// y[i] = a[i] + b[i] for i < n, over the pool (a residual connection; y may be a or b).
+void add(Context& ctx, const float* a, const float* b, int64_t n, float* y);
+
 // y[i] = silu(gate[i]) * up[i], n a whole number of rows whose length is a multiple of 8 (Kernels::swiglu).
 void swiglu(const float* gate, const float* up, int64_t n, float* y);
+// The same over the pool, in ranges of whole vectors: each element as above.
+void swiglu(Context& ctx, const float* gate, const float* up, int64_t n, float* y);
 
 // GELU as llama.cpp's CPU backend computes it (its tanh form looked up in a table of f16 inputs; x <= -10 gives 0,
 // x >= 10 gives x): y[i] = gelu(x[i]), and y[i] = gelu(gate[i]) * up[i] (GEGLU). gelu.cpp.
 void gelu(const float* x, int64_t n, float* y);
 void geglu(const float* gate, const float* up, int64_t n, float* y);
+void geglu(Context& ctx, const float* gate, const float* up, int64_t n, float* y);
 
 // In-place softmax over n values, as ggml's soft_max computes it (its vector exponential, sums in double).
 void softmax(float* x, int64_t n);

@@ -25,8 +25,10 @@ struct Routing {
 
 // probs: [n_tok][n_expert] router logits, made probabilities in place (ggml's soft_max). Each token's k most
 // probable experts (a stable descending sort: the lower id first on ties, as ggml's argsort), their probabilities
-// renormalized over the k where `renormalize` (the sum in double, at least 2^-14, as llama.cpp clamps it).
-void route_top_k(float* probs, int64_t n_tok, int64_t n_expert, int64_t k, bool renormalize, Routing& out);
+// renormalized over the k where `renormalize` (the sum in double, at least 2^-14, as llama.cpp clamps it). The
+// tokens are routed over ctx's pool.
+void route_top_k(Context& ctx, float* probs, int64_t n_tok, int64_t n_expert, int64_t k, bool renormalize,
+                 Routing& out);
 
 // The ids of the k largest of scores[0 .. n), largest first: the next layer's experts as guessed from its router.
 void top_k_ids(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& out);
@@ -43,7 +45,7 @@ struct RoutedLayer {
 // Reused from layer to layer.
 struct RoutedScratch {
   model::MoeSchedule schedule;
-  std::vector<float> gather, down;  // [routed rows][n_embd]: the experts' inputs and outputs, grouped by expert
+  WorkBuffer<float> gather, down;  // [routed rows][n_embd]: the experts' inputs and outputs, grouped by expert
   ExpertScratch experts;
 };
 
