@@ -5,7 +5,7 @@
 namespace df::cpu {
 
 void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std::span<const int64_t> first,
-                     const float* in, float* out, ExpertScratch& scratch, GateActivation act) {
+                     const float* in, float* out, ExpertScratch& scratch, GateActivation act, bool shared_in) {
   DF_CHECK(first.size() == ew.size() + 1);
   if (ew.empty()) return;
   const int64_t E = ew[0].gate.cols, F = ew[0].gate.rows, rows = first.back();
@@ -15,8 +15,10 @@ void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std
   jobs.reserve(2 * ew.size());
   for (size_t i = 0; i < ew.size(); ++i) {
     const int64_t m = first[i + 1] - first[i];
-    jobs.push_back({&ew[i].gate, in + first[i] * E, m, scratch.gate.data() + first[i] * F, /*per_row=*/true});
-    jobs.push_back({&ew[i].up, in + first[i] * E, m, scratch.up.data() + first[i] * F, /*per_row=*/true});
+    DF_CHECK(!shared_in || m == first[1] - first[0]);
+    const float* x = shared_in ? in : in + first[i] * E;
+    jobs.push_back({&ew[i].gate, x, m, scratch.gate.data() + first[i] * F, /*per_row=*/true});
+    jobs.push_back({&ew[i].up, x, m, scratch.up.data() + first[i] * F, /*per_row=*/true});
   }
   matmul_many(ctx, jobs);
   if (act == GateActivation::kGeGlu) {

@@ -142,21 +142,39 @@ void matmul(Context& ctx, const model::Mat& w, const float* x, int64_t n_tok, fl
 
 void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
   const Kernels& k = *ctx.kernels;
-  // Activations of every job converted once, each job in its own region.
-  std::vector<uint64_t> act_off(jobs.size() + 1, 0);
+  // Activations of every job converted once, each job in its own region, except that a job whose input and format
+  // are those of the job before it reads that job's (q, k and v of a layer; an expert's gate and up; experts that
+  // all take one token's row); f32 products read their input where it is.
+  std::vector<uint64_t> act_off(jobs.size(), 0);
+  std::vector<size_t> converts;  // the jobs whose activations are converted
+  uint64_t act_bytes = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    DF_CHECK(jobs[i].w->data != nullptr && model::matmul_type_supported(jobs[i].w->type));
-    act_off[i + 1] = act_off[i] + act_row_bytes(jobs[i].w->type, jobs[i].w->cols) * uint64_t(jobs[i].n_tok);
+    const MatmulJob& jb = jobs[i];
+    DF_CHECK(jb.w->data != nullptr && model::matmul_type_supported(jb.w->type));
+    if (i > 0 && jb.x == jobs[i - 1].x && jb.n_tok == jobs[i - 1].n_tok && jb.w->cols == jobs[i - 1].w->cols &&
+        act_format(jb.w->type) == act_format(jobs[i - 1].w->type)) {
+      act_off[i] = act_off[i - 1];
+      continue;
+    }
+    if (act_format(jb.w->type) == ActFormat::kF32) continue;
+    act_off[i] = act_bytes;
+    act_bytes += act_row_bytes(jb.w->type, jb.w->cols) * uint64_t(std::max<int64_t>(jb.n_tok, 0));
+    converts.push_back(i);
   }
-  ctx.act.grow(act_off.back());
+  ctx.act.grow(act_bytes);
+  auto act_of = [&](size_t i) {
+    return act_format(jobs[i].w->type) == ActFormat::kF32 ? reinterpret_cast<const uint8_t*>(jobs[i].x)
+                                                          : ctx.act.data() + act_off[i];
+  };
   // Converted in parallel, a row range per task: a prefill batch has thousands of rows (the routed experts' copies
   // of their tokens), which one thread would convert while the others wait.
   int64_t n_rows = 0;
-  for (const auto& jb : jobs) n_rows += std::max<int64_t>(jb.n_tok, 0);
   const int64_t act_chunk = 16;
   std::vector<std::pair<size_t, int64_t>> act_tasks;  // (job, first row)
-  for (size_t i = 0; i < jobs.size(); ++i)
+  for (const size_t i : converts) {
+    n_rows += std::max<int64_t>(jobs[i].n_tok, 0);
     for (int64_t t = 0; t < jobs[i].n_tok; t += act_chunk) act_tasks.push_back({i, t});
+  }
   auto convert = [&](int64_t ti) {
     const auto [ji, t0] = act_tasks[size_t(ti)];
     const auto& jb = jobs[ji];
@@ -187,7 +205,7 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     const MatmulJob& jb = jobs[ji];
     const model::Mat& w = *jb.w;
     const uint64_t arb = act_row_bytes(w.type, w.cols);
-    const uint8_t* act = ctx.act.data() + act_off[ji];
+    const uint8_t* act = act_of(ji);
     const int64_t r1 = std::min(w.rows, r0 + chunk);
     const DotOrder order = dot_order(jb);
     if (w.type == GgmlType::Q4_0 && order.x8) {

@@ -15,8 +15,10 @@ void route_top_k(Context& ctx, float* probs, int64_t n_tok, int64_t n_expert, in
     for (int64_t t = t0; t < t1; ++t) {
       float* p = probs + t * n_expert;
       softmax(p, n_expert);
+      // The k first of a stable descending sort: ties broken by the lower id.
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
       double sum = 0.0;
       for (int64_t j = 0; j < k; ++j) sum += double(p[order[j]]);
       const float fsum = std::max(float(sum), 6.103515625e-5f);
@@ -64,7 +66,9 @@ Status routed_expert_rows(Context& ctx, const RoutedLayer& l, const Routing& r, 
       first.push_back(first.back() + int64_t(r.users[ids[i]].size()));
     }
     const uint64_t rows = uint64_t(first.back());
-    sc.gather.grow(rows * E);
+    // One token's experts (decode) all read its row where it is; a batch's are gathered by expert.
+    const bool one_token = n_tok == 1;
+    if (!one_token) sc.gather.grow(rows * E);
     sc.down.grow(rows * E);
     // The copies in and out are tens of MB for a prefill batch: one expert per task (decode's few rows stay on
     // this thread rather than wake the pool).
@@ -75,12 +79,13 @@ Status routed_expert_rows(Context& ctx, const RoutedLayer& l, const Routing& r, 
         for (int64_t i = 0; i < int64_t(ids.size()); ++i) fn(i);
       }
     };
-    per_expert([&](int64_t i) {
-      const auto& u = r.users[ids[size_t(i)]];
-      for (size_t j = 0; j < u.size(); ++j)
-        std::copy_n(in + u[j].first * E, E, sc.gather.data() + (first[size_t(i)] + int64_t(j)) * E);
-    });
-    expert_products(ctx, ew, first, sc.gather.data(), sc.down.data(), sc.experts, l.act);
+    if (!one_token)
+      per_expert([&](int64_t i) {
+        const auto& u = r.users[ids[size_t(i)]];
+        for (size_t j = 0; j < u.size(); ++j)
+          std::copy_n(in + u[j].first * E, E, sc.gather.data() + (first[size_t(i)] + int64_t(j)) * E);
+      });
+    expert_products(ctx, ew, first, one_token ? in : sc.gather.data(), sc.down.data(), sc.experts, l.act, one_token);
     per_expert([&](int64_t i) {
       const auto& u = r.users[ids[size_t(i)]];
       for (size_t j = 0; j < u.size(); ++j)

@@ -334,12 +334,11 @@ void RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, bool packed) {
   }
   // Every expert reads the same normed row.
   const float* xn = reinterpret_cast<const float*>(xn_host_.data());
-  cpu_in_.resize(size_t(C * E));
-  for (int64_t c = 0; c < C; ++c) std::copy_n(xn, E, cpu_in_.data() + c * E);
   reserve_pinned(cpu_out_host_, uint64_t(K) * E * 4);
   float* out = reinterpret_cast<float*>(cpu_out_host_.data());
-  cpu::expert_products(*st.cpu, ew, first, cpu_in_.data(), out, cpu_scratch_,
-                       glu_ == Glu::kGelu ? cpu::GateActivation::kGeGlu : cpu::GateActivation::kSwiGlu);
+  cpu::expert_products(*st.cpu, ew, first, xn, out, cpu_scratch_,
+                       glu_ == Glu::kGelu ? cpu::GateActivation::kGeGlu : cpu::GateActivation::kSwiGlu,
+                       /*shared_in=*/true);
   const auto t1 = std::chrono::steady_clock::now();
   // The pool's threads still spin if the last share ended less than their spin time ago.
   const bool warm = t0 - cpu_done_ < cpu::ThreadPool::kSpinTime;

@@ -72,7 +72,6 @@ class RoutedExperts {
   io::AlignedBuffer ids_host_, plan_host_;  // pinned: the router's ids (and the guess); per group, its plan
   io::AlignedBuffer xn_host_, wts_host_, cpu_out_host_;  // pinned: normed row, routing weights, the CPU's rows
   std::vector<int32_t> group_slots_;
-  std::vector<float> cpu_in_;  // the normed row once per CPU expert
   cpu::ExpertScratch cpu_scratch_;
   bool guessed_ = false;       // Buf::guess holds the next layer's guess (decode, streamed)
   model::CpuRate cpu_rate_;
