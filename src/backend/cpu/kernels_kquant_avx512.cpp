@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/kernels_impl.h"
 #include "diskformer/backend/cpu/kernels.h"
@@ -58,9 +59,18 @@ DF_AVX512 inline __m512i nibbles() { return _mm512_set1_epi8(0x0f); }
 struct ScalesMins {
   uint8_t sc[8], mn[8];
 };
+// kquant_scale_min for all eight sub-blocks, four bytes at a time: the 12 packed bytes as words w0 (low 6 bits:
+// scales 0..3), w1 (mins 0..3) and w2 (low nibbles of scales 4..7, high nibbles of mins 4..7), whose top 2 bits
+// per byte in w0 and w1 complete scales and mins 4..7.
 inline ScalesMins scales_mins(const uint8_t* packed) {
+  uint32_t w[3];
+  std::memcpy(w, packed, sizeof w);
+  constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint32_t sc[2] = {w[0] & low6, (w[2] & low4) | (((w[0] >> 6) & low2) << 4)};
+  const uint32_t mn[2] = {w[1] & low6, ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4)};
   ScalesMins s;
-  for (int j = 0; j < 8; ++j) kquant_scale_min(j, packed, s.sc[j], s.mn[j]);
+  std::memcpy(s.sc, sc, sizeof sc);
+  std::memcpy(s.mn, mn, sizeof mn);
   return s;
 }
 
