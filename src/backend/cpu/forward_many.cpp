@@ -33,27 +33,30 @@ Status Forward::run_many(std::span<const int32_t> tokens, std::span<KvCache* con
   model::LayerWeights streamed;
   for (uint32_t il = 0; il < s_.n_layer; ++il) {
     DF_ASSIGN(const model::LayerWeights* lw, dense_layer(w_, il, s_.n_layer, layer_pin_, streamed));
-    for (int64_t t = 0; t < n; ++t)
+    ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
       rms_norm(b_.x.data() + t * E, lw->attn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    });
     attention_many(*lw, il, kvs);
-    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    add(ctx_, b_.x.data(), b_.proj.data(), n * E, b_.x.data());
     guess_.clear();
     if (il + 1 < s_.n_layer) guess_experts_many(il + 1, n);
     // Every row is the last of its sequence, so every row feeds forward in the last block too.
-    for (int64_t t = 0; t < n; ++t)
+    ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
       rms_norm(b_.x.data() + t * E, lw->ffn_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+    });
     if (s_.moe()) {
       DF_TRY(moe_ffn(*lw, il, n));
     } else {
       dense_ffn(*lw, n);
     }
-    for (int64_t i = 0; i < n * E; ++i) b_.x[i] += b_.proj[i];
+    add(ctx_, b_.x.data(), b_.proj.data(), n * E, b_.x.data());
   }
   layer_pin_.release();
   for (KvCache* kv : kvs) kv->n_past += 1;
 
-  for (int64_t t = 0; t < n; ++t)
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) {
     rms_norm(b_.x.data() + t * E, w_.output_norm.f32(), E, s_.norm_eps, b_.xn.data() + t * E);
+  });
   b_.logits.resize(uint64_t(n) * s_.n_vocab);
   matmul(w_.output, b_.xn.data(), n, b_.logits.data());
   stats_.tokens += uint64_t(n);
@@ -73,8 +76,9 @@ void Forward::attention_many(const model::LayerWeights& lw, uint32_t il, std::sp
                            {&lw.wv, b_.xn.data(), n, b_.v.data(), true}};
   matmul_many(ctx_, qkv);
   // Each row is one position of its own sequence.
+  ctx_.for_rows(n, kRowGrain, [&](int64_t t) { qk_norm(lw, b_.q.data() + t * qd, b_.k.data() + t * kd); });
+  // Each sequence attends in its own job: its heads (and, past 512 cells, its cells) spread over the pool.
   for (int64_t t = 0; t < n; ++t) {
-    qk_norm(lw, b_.q.data() + t * qd, b_.k.data() + t * kd);
     rope_cache_attend(ctx_, s_, *kvs[t], il, 1, b_.q.data() + t * qd, b_.k.data() + t * kd, b_.v.data() + t * vd,
                       b_.attn.data() + t * ad);
   }
