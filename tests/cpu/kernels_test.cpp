@@ -653,6 +653,21 @@ TEST(Kernels, FloatMadIsOneFusedMultiplyAddPerElement) {
   }
 }
 
+TEST(Kernels, MergeStepIsOneFusedMultiplyAddOfARoundedProduct) {
+  for (int64_t n : {int64_t(5), int64_t(128), int64_t(133)}) {
+    const auto x = randn(size_t(n), 72), y = randn(size_t(n), 73);
+    std::vector<float> want = y;
+    for (int64_t i = 0; i < n; ++i) want[size_t(i)] = std::fma(y[size_t(i)], 0.613f, x[size_t(i)] * 1.377f);
+    std::vector<const Kernels*> all = simd_tables();
+    all.push_back(&scalar_kernels());
+    for (const Kernels* k : all) {
+      auto got = y;
+      k->merge_f32(n, got.data(), 0.613f, x.data(), 1.377f);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)])) << k->name << " " << i;
+    }
+  }
+}
+
 TEST(Kernels, FloatDotsMatchScalarAndReference) {
   const Kernels& s = scalar_kernels();
   for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(33), int64_t(64), int64_t(1000), int64_t(4096)}) {

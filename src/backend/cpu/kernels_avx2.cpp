@@ -420,6 +420,14 @@ DF_AVX2 void mad_f32(int64_t n, float* y, const float* x, float v) {
   for (; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
 }
 
+DF_AVX2 void merge_f32(int64_t n, float* y, float sy, const float* x, float sx) {
+  const __m256 vy = _mm256_set1_ps(sy), vx = _mm256_set1_ps(sx);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(y + i), vy, _mm256_mul_ps(_mm256_loadu_ps(x + i), vx)));
+  for (; i < n; ++i) y[i] = std::fma(y[i], sy, x[i] * sx);
+}
+
 // Eight keys side by side, lane i holding key i's chain over d (an 8x8 block of halves transposed per step).
 DF_AVX2 void tile_scores_f16(int64_t n, int64_t dim, const uint16_t* k, int64_t stride, const float* q, float* out) {
   int64_t j = 0;
@@ -545,6 +553,7 @@ const Kernels* avx2_kernels() {
       .silu = silu,
       .exp_shifted = exp_shifted,
       .mad_f32 = mad_f32,
+      .merge_f32 = merge_f32,
       .tile_scores_f16 = tile_scores_f16,
       .tile_accumulate_f16 = tile_accumulate_f16,
       .rope_rotate = rope_rotate,

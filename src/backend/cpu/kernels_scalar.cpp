@@ -265,6 +265,10 @@ void mad_f32(int64_t n, float* y, const float* x, float v) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
 }
 
+void merge_f32(int64_t n, float* y, float sy, const float* x, float sx) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(y[i], sy, x[i] * sx);
+}
+
 void tile_scores_f16(int64_t n, int64_t dim, const uint16_t* k, int64_t stride, const float* q, float* out) {
   for (int64_t j = 0; j < n; ++j) {
     float s = 0.0f;
@@ -332,6 +336,7 @@ const Kernels& scalar_kernels() {
       .silu = silu,
       .exp_shifted = exp_shifted,
       .mad_f32 = mad_f32,
+      .merge_f32 = merge_f32,
       .tile_scores_f16 = tile_scores_f16,
       .tile_accumulate_f16 = tile_accumulate_f16,
       .rope_rotate = rope_rotate_pairs,

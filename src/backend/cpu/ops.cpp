@@ -478,11 +478,11 @@ void attention(Context& ctx, const AttentionArgs& a) {
   const int64_t n_split = a.n_tok == 1 && cells >= 512 ? int64_t(ctx.pool ? ctx.pool->size() : 1) : 1;
   if (n_split > 1) {
     const int64_t chunk = (cells + n_split - 1) / n_split, dv = a.head_dim_v;
-    std::vector<float> part(size_t(a.n_head * n_split * (2 + dv)));
+    float* part = ctx.attn_parts.grow(uint64_t(a.n_head * n_split * (2 + dv)));
     ctx.parallel(a.n_head * n_split, [&](int64_t task) {
       const int h = int(task / n_split);
       const int64_t c = task % n_split, last = a.pos0, first = first_key(a, last);
-      float* pt = part.data() + task * (2 + dv);
+      float* pt = part + task * (2 + dv);
       uint16_t q16[1024], acc16[1024];
       k.to_f16(a.q + h * a.head_dim_k, q16, a.head_dim_k);
       std::fill_n(acc16, dv, uint16_t{0});
@@ -493,17 +493,18 @@ void attention(Context& ctx, const AttentionArgs& a) {
       pt[1] = s_sum;
       for (int64_t d = 0; d < dv; ++d) pt[2 + d] = f16_to_f32(acc16[d]);
     });
-    for (int h = 0; h < a.n_head; ++h) {
+    // The heads merge side by side, each over its chunks in order: serial, 16 threads' chunks of 32 heads were as
+    // long as the chunks' attention itself.
+    ctx.for_rows(a.n_head, 1, [&](int64_t h) {
       float m = -INFINITY, s_sum = 0.0f;
-      float* out = a.out + int64_t(h) * dv;
+      float* out = a.out + h * dv;
       std::fill_n(out, dv, 0.0f);
       for (int64_t c = 0; c < n_split; ++c) {
-        const float* pt = part.data() + (h * n_split + c) * (2 + dv);
+        const float* pt = part + (h * n_split + c) * (2 + dv);
         if (c * chunk >= cells || pt[1] == 0.0f) continue;
         const float m_new = std::max(m, pt[0]);
         const float s_old = std::exp(m - m_new), s_new = std::exp(pt[0] - m_new);
-        // llama.cpp's build fuses the first product of each sum: fma(a, s_old, b * s_new).
-        for (int64_t d = 0; d < dv; ++d) out[d] = std::fma(out[d], s_old, pt[2 + d] * s_new);
+        k.merge_f32(dv, out, s_old, pt + 2, s_new);
         s_sum = std::fma(s_sum, s_old, pt[1] * s_new);
         m = m_new;
       }
@@ -511,7 +512,7 @@ void attention(Context& ctx, const AttentionArgs& a) {
         const float inv = 1.0f / s_sum;
         for (int64_t d = 0; d < dv; ++d) out[d] *= inv;
       }
-    }
+    });
     return;
   }
   ctx.parallel(a.n_tok * a.n_head, [&](int64_t task) {

@@ -119,6 +119,9 @@ struct Kernels {
   void (*exp_shifted)(int64_t n, const float* x, float m, float* y);
   // y[i] = fma(x[i], v, y[i]) (ggml_vec_mad_f32): the delta rule's rank-one updates of its state.
   void (*mad_f32)(int64_t n, float* y, const float* x, float v);
+  // y[i] = fma(y[i], sy, x[i] * sx): one step of merging attention partials over chunks of cells (ggml's merge of
+  // its per-thread chunks, whose build fuses the first product of each sum).
+  void (*merge_f32)(int64_t n, float* y, float sy, const float* x, float sx);
 
   // The tiled attention of batches (llama.cpp's kernel for 64 queries or more), f32 throughout: scores of n keys (key j
   // at k + j * stride), out[j] = the fused multiply-adds of f32(k_j[d]) * q[d] for d in order from 0; and the

@@ -48,6 +48,7 @@ struct Context {
   const Kernels* kernels = &best_kernels();
   ThreadPool* pool = nullptr;    // nullptr: run on the calling thread
   WorkBuffer<uint8_t> act;       // converted activations of the current matmul
+  WorkBuffer<float> attn_parts;  // [n_head][chunks][2 + head_dim_v]: one query's attention of each chunk of cells
   uint64_t weight_bytes_read = 0;  // bytes of weights the matmuls streamed through (for bench's GB/s)
 
   void parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn);
