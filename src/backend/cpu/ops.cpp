@@ -493,8 +493,8 @@ void attention(Context& ctx, const AttentionArgs& a) {
       pt[1] = s_sum;
       for (int64_t d = 0; d < dv; ++d) pt[2 + d] = f16_to_f32(acc16[d]);
     });
-    // The heads merge side by side, each over its chunks in order: serial, 16 threads' chunks of 32 heads were as
-    // long as the chunks' attention itself.
+    // The heads merge side by side, each over its chunks in order: on the calling thread alone, the merge of 16
+    // chunks of 32 heads took about as long as attending them.
     ctx.for_rows(a.n_head, 1, [&](int64_t h) {
       float m = -INFINITY, s_sum = 0.0f;
       float* out = a.out + h * dv;
