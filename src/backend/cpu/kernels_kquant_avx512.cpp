@@ -294,10 +294,91 @@ DF_AVX512 inline __m256i chunk_sums8(__m512i s0, __m512i s1) {
   return _mm512_castsi512_si256(_mm512_permutexvar_epi32(pick, y));
 }
 
+// Row r's sum of v[r]'s 16 lanes in lane r (exact).
+DF_AVX512 inline __m256i row_sums8(const __m512i (&v)[8]) {
+  __m512i t[4];  // per 128-bit chunk: two rows' partial sums interleaved
+  for (int i = 0; i < 4; ++i)
+    t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  // Per 128-bit chunk: rows 0..3 (u0), 4..7 (u1) in lanes 0..3.
+  const __m512i u0 = _mm512_add_epi32(_mm512_unpacklo_epi64(t[0], t[1]), _mm512_unpackhi_epi64(t[0], t[1]));
+  const __m512i u1 = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2], t[3]), _mm512_unpackhi_epi64(t[2], t[3]));
+  const __m512i h = _mm512_add_epi32(_mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_castsi512_si256(_mm512_add_epi32(_mm512_shuffle_i32x4(h, h, _MM_SHUFFLE(3, 1, 2, 0)),
+                                                 _mm512_shuffle_i32x4(h, h, _MM_SHUFFLE(2, 0, 3, 1))));
+}
+
+// Four rows' block headers (d, dmin, 12 packed bytes), a row per 128-bit chunk, unpacked to bytes 0..7: the scales,
+// 8..15: the mins (kquant_scale_min, as scales_mins does it for one row).
+DF_AVX512 inline __m512i scale_min_bytes(__m512i hdr) {
+  const __m512i lows = _mm512_shuffle_epi8(  // packed bytes 0..3, 8..11, 4..7, 8..11
+      hdr, _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)));
+  const __m512i tops = _mm512_shuffle_epi8(  // packed bytes 0..3 to bytes 4..7, 4..7 to 12..15, the rest zero
+      hdr, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11)));
+  const __m512i keep = _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+  const __m512i high = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+  const __m512i low = _mm512_or_si512(_mm512_and_si512(lows, keep), _mm512_and_si512(_mm512_srli_epi16(lows, 4), high));
+  return _mm512_or_si512(low, _mm512_srli_epi16(_mm512_and_si512(tops, _mm512_set1_epi8(char(0xc0))), 2));
+}
+
+// dot8_q4_k_q8_k_x8 with one activation row (decode): each row's codes read contiguously and multiplied pairwise
+// (vpmaddubsw, exact: 2 * 15 * 128 fits int16) then by their scales as int16 pairs (vpdpwssd), the activation's
+// 64-element vectors arranged once per block for all eight rows, the rows' scales and mins unpacked four rows a
+// vector, the per-row sums reduced into the lanes of one vector. The integer sums are the one-row order's exactly.
+DF_AVX512 void dot8_q4_k_one(int64_t n, const BlockQ4_K* const w[8], const BlockQ8_K* a, float* out) {
+  const __m512i low4 = nibbles();
+  // Per 128-bit chunk of vector i: the int16 scale of its sub-block (chunks 0, 1: sub-block lo[i], 2, 3: hi[i]).
+  constexpr int lo[4] = {0, 1, 4, 5}, hi[4] = {2, 3, 6, 7};
+  __m512i pick_sc[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m128i l = _mm_set1_epi16(int16_t(0xff00 | lo[i])), h = _mm_set1_epi16(int16_t(0xff00 | hi[i]));
+    pick_sc[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(l, l)), _mm256_set_m128i(h, h), 1);
+  }
+  const __m512i pick_mn = _mm512_broadcast_i32x4(_mm_setr_epi8(8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15, -1));
+  // Words d (0) and dmin (1) of the eight headers, rows 0..3 in the first vector, 4..7 in the second.
+  const __m512i pick_d = _mm512_setr_epi32(0 | 8 << 16, 16 | 24 << 16, 32 | 40 << 16, 48 | 56 << 16, 0, 0, 0, 0, 0, 0,
+                                           0, 0, 0, 0, 0, 0);
+  const __m512i pick_dmin = _mm512_add_epi16(pick_d, _mm512_set1_epi16(1));
+  __m256 s = _mm256_setzero_ps(), sm = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ8_K& y = a[b];
+    const __m512i act[4] = {join(load256(y.qs), load256(y.qs + 64)), join(load256(y.qs + 32), load256(y.qs + 96)),
+                            join(load256(y.qs + 128), load256(y.qs + 192)),
+                            join(load256(y.qs + 160), load256(y.qs + 224))};
+    const __m512i pairs = _mm512_broadcast_i32x4(_mm_hadd_epi16(load128(y.bsums), load128(y.bsums + 8)));
+    __m512i hdr[2];
+    for (int h = 0; h < 2; ++h) {
+      hdr[h] = _mm512_castsi128_si512(load128(&w[4 * h][b]));
+      for (int r = 1; r < 4; ++r) hdr[h] = _mm512_inserti32x4(hdr[h], load128(&w[4 * h + r][b]), r);
+    }
+    alignas(64) __m512i scm[2] = {scale_min_bytes(hdr[0]), scale_min_bytes(hdr[1])};
+    const __m256i mins = chunk_sums8(_mm512_madd_epi16(_mm512_shuffle_epi8(scm[0], pick_mn), pairs),
+                                     _mm512_madd_epi16(_mm512_shuffle_epi8(scm[1], pick_mn), pairs));
+    __m512i sums[8];
+    for (int r = 0; r < 8; ++r) {
+      const __m512i sc = _mm512_broadcast_i32x4(load128(reinterpret_cast<const uint8_t*>(scm) + 16 * r));
+      const __m512i v0 = load512(w[r][b].qs), v1 = load512(w[r][b].qs + 64);
+      const __m512i c[4] = {_mm512_and_si512(v0, low4), _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4),
+                            _mm512_and_si512(v1, low4), _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4)};
+      __m512i acc = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(c[i], act[i]), _mm512_shuffle_epi8(sc, pick_sc[i]));
+      sums[r] = acc;
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(hdr[0], pick_d, hdr[1])));
+    const __m256 mw = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(hdr[0], pick_dmin, hdr[1])));
+    const __m256 dy = _mm256_set1_ps(y.d);
+    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums8(sums)), _mm256_mul_ps(dw, dy), s);
+    sm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(mw, dy), sm);
+  }
+  _mm256_storeu_ps(out, _mm256_sub_ps(s, sm));
+}
+
 }  // namespace
 
 DF_AVX512 void dot8_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* const w[8], const BlockQ8_K* const a[], int nt,
                                  int n_grouped, float* out) {
+  if (nt == 1 && n_grouped == 0) return dot8_q4_k_one(n, w, a[0], out);
   const __m512i low4 = nibbles();
   const __m256i ones16 = _mm256_set1_epi16(1);
   alignas(64) __m256 s[kQ4KTileTokens], sm[kQ4KTileTokens];

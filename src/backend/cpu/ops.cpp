@@ -229,9 +229,9 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
       }
       return;
     }
-    if (w.type == GgmlType::Q4_K && order.x8 && jb.n_tok >= 2) {
-      // Eight rows at a time against tiles of activation rows, each token in its order (batched below
-      // order.grouped, one-row after).
+    if (w.type == GgmlType::Q4_K && order.x8) {
+      // Eight rows at a time against tiles of activation rows (one in decode), each token in its order (batched
+      // below order.grouped, one-row after).
       constexpr int64_t kTile = kQ4KTileTokens;
       for (int64_t t0 = 0; t0 < jb.n_tok; t0 += kTile) {
         const int nt = int(std::min<int64_t>(kTile, jb.n_tok - t0));
