@@ -33,7 +33,8 @@ void add_model_options(Args& args, const ModelOptionsHelp& help) {
               "beyond it" + ignored);
   args.option("--cpu-experts", "auto|on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
               "finishes sooner than their copies to the GPU (default auto: where the CPU rounds those experts' "
-              "products as the GPU does, so the output stays the resident run's; K-quant and IQ4_XS experts: off)" +
+              "products as the GPU does, so the output stays the resident run's: every type, the K-quants and "
+              "IQ4_XS in the GPU's own order)" +
               ignored);
   args.option("--expert-prefetch", "on|off", "with --gpu-budget on CUDA: decode copies the next layer's guessed "
               "experts to the GPU ahead of their use (default off)" + ignored);

@@ -183,6 +183,42 @@ TEST_P(CudaKQuant, MatmulMatchesTheDequantizedReference) {
   }
 }
 
+// A decode product of the 256-element types equals, bit for bit, the CPU's product of the same row in the CUDA
+// decode order (Kernels::dot_q4_k_q8_0 and its kin, what a GPU run's CPU share of its experts computes), with the
+// activations quantized by the CPU: 3 super-blocks a row leave lanes of the warp empty, 9 wrap around them.
+TEST_P(CudaKQuant, DecodeProductsEqualTheCpuInTheirOrder) {
+  DF_REQUIRE_GPU();
+  const GgmlType t = GetParam();
+  if (gguf::type_info(t)->block_elems != 256) GTEST_SKIP() << "a 32-element type: the CPU keeps its own order";
+  for (int64_t cols : {int64_t(768), int64_t(2304)}) {
+    const int64_t rows = 40;
+    const HostMat w = random_mat(t, rows, cols, 25 + uint32_t(cols));
+    cuda::DeviceBuffer dw(w.bytes.size());
+    dw.upload(w.bytes.data(), w.bytes.size());
+    const auto x = random_floats(cols, 26, -2.0f, 2.0f);
+    auto dx = cuda::to_device(x);
+    cuda::DeviceBuffer dy(rows * 4), scratch(cuda::q8_scratch_bytes(t, cols, 1));
+    cuda::matmul({.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = 1, .y = dy.as<float>(),
+                  .scratch = scratch.as<uint8_t>()});
+    const auto got = download<float>(dy, rows);
+    auto ctx = scalar_context();
+    const model::Mat wm = w.mat();
+    for (const cpu::Kernels* k : {&cpu::scalar_kernels(), &cpu::best_kernels()}) {
+      ctx.kernels = k;
+      std::vector<float> want(rows);
+      const cpu::MatmulJob job{.w = &wm, .x = x.data(), .n_tok = 1, .y = want.data(), .per_row = true,
+                               .cuda_order = true};
+      cpu::matmul_many(ctx, std::span<const cpu::MatmulJob>(&job, 1));
+      int64_t differ = 0;
+      for (int64_t r = 0; r < rows; ++r) differ += std::memcmp(&got[r], &want[r], 4) != 0;
+      std::printf("[kquant] cuda order     %-6s %lldx%lld (%s): %lld of %lld rows differ\n",
+                  std::string(gguf::type_name(t)).c_str(), (long long)rows, (long long)cols, k->name,
+                  (long long)differ, (long long)rows);
+      EXPECT_EQ(differ, 0) << gguf::type_name(t) << " cols " << cols << " " << k->name;
+    }
+  }
+}
+
 // The int8 tensor-core products (mmq.cu's piece kernels), dense and grouped by expert, on ragged shapes: rows past a
 // 64-row tile, token counts past 32 and 64, an expert with several items of slots and one with a single slot, and
 // for the 32-element types 9 blocks a row (a last stage of one piece). Rows of 630 (Q6_K) or 198 (Q5_0) bytes start

@@ -289,6 +289,12 @@ const Kernels* avx512_kernels() {
     k.dot_q5_k_q8_k = avx512::dot_q5_k_q8_k;
     k.dot_q6_k_q8_k = avx512::dot_q6_k_q8_k;
     k.dot_iq4_xs_q8_k = avx512::dot_iq4_xs_q8_k;
+    k.dot_q2_k_q8_0 = avx512::dot_q2_k_q8_0;
+    k.dot_q3_k_q8_0 = avx512::dot_q3_k_q8_0;
+    k.dot_q4_k_q8_0 = avx512::dot_q4_k_q8_0;
+    k.dot_q5_k_q8_0 = avx512::dot_q5_k_q8_0;
+    k.dot_q6_k_q8_0 = avx512::dot_q6_k_q8_0;
+    k.dot_iq4_xs_q8_0 = avx512::dot_iq4_xs_q8_0;
     return &k;
   }();
   return table;

@@ -18,6 +18,14 @@ inline float lanes8_sum(const float l[8]) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
+// The sum of 32 lanes as a warp's butterfly reduces them (the CUDA decode products' last step): lane i plus lane
+// i + 16, those pairwise by 8, 4, 2 and 1.
+inline float warp_sum32(float l[32]) {
+  for (int half = 16; half > 0; half /= 2)
+    for (int i = 0; i < half; ++i) l[i] = l[i] + l[i + half];
+  return l[0];
+}
+
 // dot_f16_single_keys as one dot_f16_single call a key (the tables without a wider kernel).
 template <float (*Dot)(int64_t, const uint16_t*, const uint16_t*)>
 void keys_one_by_one(int n_keys, int64_t n, const uint16_t* k, int64_t stride, const uint16_t* a, float* out) {
@@ -90,6 +98,12 @@ void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4
 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
+float dot_q2_k_q8_0(int64_t n, const BlockQ2_K* w, const BlockQ8_0* a);
+float dot_q3_k_q8_0(int64_t n, const BlockQ3_K* w, const BlockQ8_0* a);
+float dot_q4_k_q8_0(int64_t n, const BlockQ4_K* w, const BlockQ8_0* a);
+float dot_q5_k_q8_0(int64_t n, const BlockQ5_K* w, const BlockQ8_0* a);
+float dot_q6_k_q8_0(int64_t n, const BlockQ6_K* w, const BlockQ8_0* a);
+float dot_iq4_xs_q8_0(int64_t n, const BlockIQ4_XS* w, const BlockQ8_0* a);
 }  // namespace scalar
 namespace avx2 {
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n);
@@ -117,6 +131,12 @@ float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 void dotn_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out);
 void dotn_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* const a[], int nt, float* out);
 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
+float dot_q2_k_q8_0(int64_t n, const BlockQ2_K* w, const BlockQ8_0* a);
+float dot_q3_k_q8_0(int64_t n, const BlockQ3_K* w, const BlockQ8_0* a);
+float dot_q4_k_q8_0(int64_t n, const BlockQ4_K* w, const BlockQ8_0* a);
+float dot_q5_k_q8_0(int64_t n, const BlockQ5_K* w, const BlockQ8_0* a);
+float dot_q6_k_q8_0(int64_t n, const BlockQ6_K* w, const BlockQ8_0* a);
+float dot_iq4_xs_q8_0(int64_t n, const BlockIQ4_XS* w, const BlockQ8_0* a);
 }  // namespace avx512
 
 }  // namespace df::cpu

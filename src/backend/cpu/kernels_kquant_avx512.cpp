@@ -91,6 +91,59 @@ DF_AVX512 inline __m512i q4_codes(const BlockQ4_K& x, int j) {
   return _mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 4)), nibbles());
 }
 
+// A super-block's unsigned codes as four vectors (vector i: elements 64i .. 64i + 63): Q2_K's two bits, Q3_K's
+// three (the code plus 4), Q5_K's five, IQ4_XS's table values plus 128 (table: those 16 values in every chunk).
+DF_AVX512 inline void q2_codes(const BlockQ2_K& x, __m512i (&q)[4]) {
+  for (int j = 0; j < 2; ++j) {
+    const __m256i bits = load256(x.qs + 32 * j);
+    const __m512i both = join(bits, bits);
+    for (int g = 0; g < 4; g += 2)  // shifts 2g and 2g + 2 hold elements 128j + 32g .. + 63
+      q[2 * j + g / 2] = _mm512_and_si512(
+          _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(both, 2 * g), _mm512_srli_epi16(both, 2 * g + 2)),
+          _mm512_set1_epi8(3));
+  }
+}
+DF_AVX512 inline void q3_codes(const BlockQ3_K& x, __m512i (&u)[4]) {
+  const __m256i h = load256(x.hmask);
+  const __m512i hh = join(h, h);
+  for (int j = 0; j < 2; ++j) {
+    const __m256i bits = load256(x.qs + 32 * j);
+    const __m512i both = join(bits, bits);
+    for (int g = 0; g < 4; g += 2) {
+      const int t = 4 * j + g;  // the hmask bits of the two 32-element groups
+      const __m512i lo = _mm512_and_si512(
+          _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(both, 2 * g), _mm512_srli_epi16(both, 2 * g + 2)),
+          _mm512_set1_epi8(3));
+      const __m512i hi = _mm512_and_si512(
+          _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(hh, t), _mm512_srli_epi16(hh, t + 1)), _mm512_set1_epi8(1));
+      u[2 * j + g / 2] = _mm512_add_epi8(lo, _mm512_slli_epi16(hi, 2));
+    }
+  }
+}
+DF_AVX512 inline void q5_codes(const BlockQ5_K& x, __m512i (&q)[4]) {
+  const __m256i h = load256(x.qh);
+  const __m512i hh = join(h, h);
+  for (int j = 0; j < 4; ++j) {
+    const __m512i bit = _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(hh, 2 * j), _mm512_srli_epi16(hh, 2 * j + 1));
+    const __m512i fifth = _mm512_slli_epi16(_mm512_and_si512(bit, _mm512_set1_epi8(1)), 4);
+    const __m256i bits = load256(x.qs + 32 * j);
+    q[j] = _mm512_add_epi8(_mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 4)), nibbles()), fifth);
+  }
+}
+DF_AVX512 inline void iq4_xs_codes(const BlockIQ4_XS& x, __m512i table, __m512i (&u)[4]) {
+  for (int i = 0; i < 4; ++i) {  // sub-blocks 2i and 2i + 1: their low nibbles are elements 0..15, high 16..31
+    const __m128i r0 = load128(x.qs + 32 * i), r1 = load128(x.qs + 32 * i + 16);
+    const __m512i codes = _mm512_and_si512(
+        join(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1)), nibbles());
+    u[i] = _mm512_shuffle_epi8(table, codes);
+  }
+}
+DF_AVX512 inline __m512i iq4_biased_table() {
+  alignas(16) uint8_t biased[16];
+  for (int i = 0; i < 16; ++i) biased[i] = uint8_t(kIQ4NLValues[i] + 128);
+  return _mm512_broadcast_i32x4(load128(biased));
+}
+
 }  // namespace
 
 DF_AVX512 float dot_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a) {
@@ -137,25 +190,17 @@ DF_AVX512 inline __m512i biased_sums(const __m512i (&u)[4], const __m512i (&sc)[
 
 // dot_q2_k_q8_k of one row with nt activation rows, the block's codes, scales and mins unpacked once for all.
 DF_AVX512 void dotn_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* const a[], int nt, float* out) {
-  const __m512i m3 = _mm512_set1_epi8(3);
   __m256 acc[8];
   for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockQ2_K& x = w[b];
     const __m128i raw = load128(x.scales);
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
-    __m512i q[4], sc[4];  // [2j + g / 2]: elements 128j + 32g .. + 63 as dot_q2_k_q8_k takes them
-    for (int j = 0; j < 2; ++j) {
-      const __m256i bits = load256(x.qs + 32 * j);
-      const __m512i both = join(bits, bits);
-      for (int g = 0; g < 4; g += 2) {
-        q[2 * j + g / 2] = _mm512_and_si512(
-            _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(both, 2 * g), _mm512_srli_epi16(both, 2 * g + 2)), m3);
-        const int sb = 8 * j + 2 * g;
-        sc[2 * j + g / 2] = scales16(x.scales[sb] & 0x0f, x.scales[sb + 1] & 0x0f, x.scales[sb + 2] & 0x0f,
-                                     x.scales[sb + 3] & 0x0f);
-      }
-    }
+    __m512i q[4], sc[4];  // elements 64i .. 64i + 63 as dot_q2_k_q8_k takes them
+    q2_codes(x, q);
+    for (int i = 0; i < 4; ++i)
+      sc[i] = scales16(x.scales[4 * i] & 0x0f, x.scales[4 * i + 1] & 0x0f, x.scales[4 * i + 2] & 0x0f,
+                       x.scales[4 * i + 3] & 0x0f);
     const float dw = h2f(x.d), mw = h2f(x.dmin);
     for (int t = 0; t < nt; ++t) {
       const BlockQ8_K& y = a[t][b];
@@ -205,30 +250,15 @@ DF_AVX512 float dot_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a)
 
 // dot_q3_k_q8_k of one row with nt activation rows, the block's codes and scales unpacked once for all.
 DF_AVX512 void dotn_q3_k_q8_k(int64_t n, const BlockQ3_K* w, const BlockQ8_K* const a[], int nt, float* out) {
-  const __m512i m3 = _mm512_set1_epi8(3), ones = _mm512_set1_epi8(1);
   __m256 acc[8];
   for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockQ3_K& x = w[b];
     int sc[16];
     for (int j = 0; j < 16; ++j) sc[j] = q3_k_scale(j, x.scales);
-    const __m256i h = load256(x.hmask);
-    const __m512i hh = join(h, h);
-    __m512i u[4], scv[4];  // [2j + g / 2]: elements 128j + 32g .. + 63 as dot_q3_k_q8_k takes them
-    for (int j = 0; j < 2; ++j) {
-      const __m256i bits = load256(x.qs + 32 * j);
-      const __m512i both = join(bits, bits);
-      for (int g = 0; g < 4; g += 2) {
-        const int t = 4 * j + g;
-        const __m512i lo = _mm512_and_si512(
-            _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(both, 2 * g), _mm512_srli_epi16(both, 2 * g + 2)), m3);
-        const __m512i hi = _mm512_and_si512(
-            _mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(hh, t), _mm512_srli_epi16(hh, t + 1)), ones);
-        const int sb = 8 * j + 2 * g;
-        u[2 * j + g / 2] = _mm512_add_epi8(lo, _mm512_slli_epi16(hi, 2));
-        scv[2 * j + g / 2] = scales16(sc[sb], sc[sb + 1], sc[sb + 2], sc[sb + 3]);
-      }
-    }
+    __m512i u[4], scv[4];  // elements 64i .. 64i + 63 as dot_q3_k_q8_k takes them
+    q3_codes(x, u);
+    for (int i = 0; i < 4; ++i) scv[i] = scales16(sc[4 * i], sc[4 * i + 1], sc[4 * i + 2], sc[4 * i + 3]);
     const float dw = h2f(x.d);
     for (int t = 0; t < nt; ++t)
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][b].d * dw), _mm256_cvtepi32_ps(fold(biased_sums<2>(u, scv, a[t][b]))),
@@ -482,26 +512,15 @@ DF_AVX512 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a)
 
 // dot_q5_k_q8_k of one row with nt activation rows, the block's codes, scales and mins unpacked once for all.
 DF_AVX512 void dotn_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* const a[], int nt, float* out) {
-  const __m512i one = _mm512_set1_epi8(1);
   __m256 acc[8];
   float sm[8] = {};
   for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockQ5_K& x = w[b];
     const ScalesMins s = scales_mins(x.scales);
-    const __m256i h = load256(x.qh);
-    const __m512i hh = join(h, h);
     __m512i q[4], sc[4];
-    for (int j = 0; j < 4; ++j) {
-      const __m512i fifth = _mm512_slli_epi16(
-          _mm512_and_si512(_mm512_mask_blend_epi64(0xf0, _mm512_srli_epi16(hh, 2 * j), _mm512_srli_epi16(hh, 2 * j + 1)),
-                           one),
-          4);
-      q[j] = _mm512_add_epi8(
-          _mm512_and_si512(join(load256(x.qs + 32 * j), _mm256_srli_epi16(load256(x.qs + 32 * j), 4)), nibbles()),
-          fifth);
-      sc[j] = scales32(s.sc[2 * j], s.sc[2 * j + 1]);
-    }
+    q5_codes(x, q);
+    for (int j = 0; j < 4; ++j) sc[j] = scales32(s.sc[2 * j], s.sc[2 * j + 1]);
     const float dw = h2f(x.d), mw = h2f(x.dmin);
     for (int t = 0; t < nt; ++t) {
       const BlockQ8_K& y = a[t][b];
@@ -572,22 +591,14 @@ DF_AVX512 void dotn_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* co
 
 // dot_iq4_xs_q8_k of one row with nt activation rows, the block's table values and scales looked up once for all.
 DF_AVX512 void dotn_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* const a[], int nt, float* out) {
-  alignas(16) uint8_t biased[16];
-  for (int i = 0; i < 16; ++i) biased[i] = uint8_t(kIQ4NLValues[i] + 128);
-  const __m512i table = _mm512_broadcast_i32x4(load128(biased));
-  const __m512i m4 = nibbles();
+  const __m512i table = iq4_biased_table();
   __m256 acc[8];
   for (int t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockIQ4_XS& x = w[b];
     __m512i u[4], sc[4];  // [sub / 2]: sub-blocks sub and sub + 1 as dot_iq4_xs_q8_k takes them
-    for (int sub = 0; sub < 8; sub += 2) {
-      const __m128i r0 = load128(x.qs + 16 * sub), r1 = load128(x.qs + 16 * sub + 16);
-      const __m512i codes = _mm512_and_si512(
-          join(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0), _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1)), m4);
-      u[sub / 2] = _mm512_shuffle_epi8(table, codes);
-      sc[sub / 2] = scales32(iq4_xs_scale(sub, x), iq4_xs_scale(sub + 1, x));
-    }
+    iq4_xs_codes(x, table, u);
+    for (int sub = 0; sub < 8; sub += 2) sc[sub / 2] = scales32(iq4_xs_scale(sub, x), iq4_xs_scale(sub + 1, x));
     const float dw = h2f(x.d);
     for (int t = 0; t < nt; ++t)
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(fold(biased_sums<7>(u, sc, a[t][b]))),
@@ -620,6 +631,161 @@ DF_AVX512 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K
     acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x.d) * y.d), _mm256_cvtepi32_ps(fold(sumi)), acc);
   }
   return sum_lanes(acc);
+}
+
+// ---- The CUDA decode order against Q8_0 activations (kernels.h), a super-block (8 pieces, pieces 2i and 2i + 1 in
+// vector i) at a time: unsigned codes (the signed ones less a bias) against the activation's codes by vpdpbusd, the
+// bias taken off with the activation's code sums, each half's four lanes added (exact), the pieces' float steps in
+// 8 lanes (lane j: piece j), and lane group b % 4 of the 32 accumulator lanes taking super-block b.
+namespace {
+
+// Per piece of a super-block, its halves' scales and offsets (lane j: piece j).
+struct PieceScales {
+  __m256 d0, d1, m0, m1;
+};
+
+// Lanes 4c + i of the result: the sum of chunk c's four lanes of v[i] (half c % 2 of piece 2i + c / 2).
+DF_AVX512 inline __m512i half_sums(const __m512i (&v)[4]) {
+  const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+}
+
+// half_sums' lanes reordered: lanes 0..7 half 0 of pieces 0..7, lanes 8..15 their halves 1.
+DF_AVX512 inline __m512i by_piece(__m512i h) {
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15), h);
+}
+
+// 16 int32 scales (lane k: sub-block k of 16) split into the pieces' halves: even ones (half 0), odd ones (half 1).
+DF_AVX512 inline void split_halves(__m512i sc16, __m256& even, __m256& odd) {
+  even = _mm256_cvtepi32_ps(_mm512_cvtepi64_epi32(sc16));
+  odd = _mm256_cvtepi32_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(sc16, 32)));
+}
+
+template <bool kHalves, bool kOffset>
+DF_AVX512 inline float pieces_q8_0(int64_t n, const BlockQ8_0* a, auto&& block) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ8_0* y = a + 8 * b;
+    __m512i act[4], u[4];
+    for (int i = 0; i < 4; ++i) act[i] = join(load256(y[2 * i].qs), load256(y[2 * i + 1].qs));
+    PieceScales ps;
+    const int bias = block(b, u, ps);
+    __m512i dots[4], sums[4];
+    for (int i = 0; i < 4; ++i) {
+      dots[i] = dp(u[i], act[i]);
+      sums[i] = dp(ones, act[i]);
+    }
+    const __m512i halves_dot = by_piece(half_sums(dots)), halves_sum = by_piece(half_sums(sums));
+    const __m512i pd = _mm512_sub_epi32(halves_dot, _mm512_mullo_epi32(halves_sum, _mm512_set1_epi32(bias)));
+    const __m256i p0 = _mm512_castsi512_si256(pd), p1 = _mm512_extracti64x4_epi64(pd, 1);
+    const __m256i s0 = _mm512_castsi512_si256(halves_sum), s1 = _mm512_extracti64x4_epi64(halves_sum, 1);
+    __m256 s;
+    if constexpr (kHalves) {
+      s = _mm256_fmadd_ps(ps.d1, _mm256_cvtepi32_ps(p1), _mm256_mul_ps(ps.d0, _mm256_cvtepi32_ps(p0)));
+      if constexpr (kOffset)
+        s = _mm256_fmadd_ps(ps.m1, _mm256_cvtepi32_ps(s1), _mm256_fmadd_ps(ps.m0, _mm256_cvtepi32_ps(s0), s));
+    } else {
+      s = _mm256_mul_ps(ps.d0, _mm256_cvtepi32_ps(_mm256_add_epi32(p0, p1)));
+      if constexpr (kOffset) s = _mm256_fmadd_ps(ps.m0, _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), s);
+    }
+    const __m256 da = _mm256_cvtph_ps(_mm_setr_epi16(short(y[0].d), short(y[1].d), short(y[2].d), short(y[3].d),
+                                                     short(y[4].d), short(y[5].d), short(y[6].d), short(y[7].d)));
+    acc[b % 4] = _mm256_fmadd_ps(da, s, acc[b % 4]);
+  }
+  // The butterfly: lanes i and i + 16 (acc[k], acc[k + 2]), then i + 8 (the two vectors), i + 4, i + 2, i + 1.
+  const __m256 l8 = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+  const __m128 l4 = _mm_add_ps(_mm256_castps256_ps128(l8), _mm256_extractf128_ps(l8, 1));
+  const __m128 l2 = _mm_add_ps(l4, _mm_movehl_ps(l4, l4));
+  return _mm_cvtss_f32(_mm_add_ss(l2, _mm_movehdup_ps(l2)));
+}
+
+// A Q4_K / Q5_K block's scales and offsets per piece.
+template <typename B>
+DF_AVX512 inline PieceScales q45_scales(const B& x) {
+  const ScalesMins sm = scales_mins(x.scales);
+  auto eight = [](const uint8_t* v) DF_AVX512 {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
+  };
+  const __m256 sc = eight(sm.sc), mn = eight(sm.mn);
+  PieceScales ps;
+  ps.d0 = ps.d1 = _mm256_mul_ps(_mm256_set1_ps(h2f(x.d)), sc);
+  const __m256 m = _mm256_mul_ps(_mm256_set1_ps(h2f(x.dmin)), mn);
+  ps.m0 = ps.m1 = _mm256_xor_ps(m, _mm256_set1_ps(-0.0f));
+  return ps;
+}
+
+}  // namespace
+
+DF_AVX512 float dot_q4_k_q8_0(int64_t n, const BlockQ4_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<false, true>(n, a, [&](int64_t b, __m512i(&u)[4], PieceScales& ps) DF_AVX512 {
+    const BlockQ4_K& x = w[b];
+    for (int i = 0; i < 4; ++i) u[i] = q4_codes(x, i);
+    ps = q45_scales(x);
+    return 0;
+  });
+}
+
+DF_AVX512 float dot_q5_k_q8_0(int64_t n, const BlockQ5_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<false, true>(n, a, [&](int64_t b, __m512i(&u)[4], PieceScales& ps) DF_AVX512 {
+    const BlockQ5_K& x = w[b];
+    q5_codes(x, u);
+    ps = q45_scales(x);
+    return 0;
+  });
+}
+
+DF_AVX512 float dot_q6_k_q8_0(int64_t n, const BlockQ6_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<true, false>(n, a, [&](int64_t b, __m512i(&u)[4], PieceScales& ps) DF_AVX512 {
+    const BlockQ6_K& x = w[b];
+    __m512i unused;
+    for (int i = 0; i < 4; ++i) u[i] = q6_codes(x, i / 2, i % 2, unused);
+    const __m256 d = _mm256_set1_ps(h2f(x.d));
+    split_halves(_mm512_cvtepi8_epi32(load128(x.scales)), ps.d0, ps.d1);
+    ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);
+    return 32;
+  });
+}
+
+DF_AVX512 float dot_q3_k_q8_0(int64_t n, const BlockQ3_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<true, false>(n, a, [&](int64_t b, __m512i(&u)[4], PieceScales& ps) DF_AVX512 {
+    const BlockQ3_K& x = w[b];
+    q3_codes(x, u);
+    alignas(64) int32_t sc[16];
+    for (int k = 0; k < 16; ++k) sc[k] = q3_k_scale(k, x.scales);
+    const __m256 d = _mm256_set1_ps(h2f(x.d));
+    split_halves(_mm512_load_si512(sc), ps.d0, ps.d1);
+    ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);
+    return 4;
+  });
+}
+
+DF_AVX512 float dot_q2_k_q8_0(int64_t n, const BlockQ2_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<true, true>(n, a, [&](int64_t b, __m512i(&u)[4], PieceScales& ps) DF_AVX512 {
+    const BlockQ2_K& x = w[b];
+    q2_codes(x, u);
+    const __m512i raw = _mm512_cvtepu8_epi32(load128(x.scales));
+    const __m256 d = _mm256_set1_ps(h2f(x.d)), dmin = _mm256_set1_ps(h2f(x.dmin)), neg = _mm256_set1_ps(-0.0f);
+    split_halves(_mm512_and_si512(raw, _mm512_set1_epi32(0x0f)), ps.d0, ps.d1);
+    split_halves(_mm512_srli_epi32(raw, 4), ps.m0, ps.m1);
+    ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);
+    ps.m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, ps.m0), neg), ps.m1 = _mm256_xor_ps(_mm256_mul_ps(dmin, ps.m1), neg);
+    return 0;
+  });
+}
+
+DF_AVX512 float dot_iq4_xs_q8_0(int64_t n, const BlockIQ4_XS* w, const BlockQ8_0* a) {
+  const __m512i table = iq4_biased_table();
+  return pieces_q8_0<false, false>(n, a, [&](int64_t b, __m512i(&u)[4], PieceScales& ps) DF_AVX512 {
+    const BlockIQ4_XS& x = w[b];
+    iq4_xs_codes(x, table, u);
+    alignas(32) int32_t sc[8];
+    for (int j = 0; j < 8; ++j) sc[j] = iq4_xs_scale(j, x);
+    const __m256 scales = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
+    ps.d0 = ps.d1 = _mm256_mul_ps(_mm256_set1_ps(h2f(x.d)), scales);
+    return 128;
+  });
 }
 
 }  // namespace df::cpu::avx512

@@ -203,4 +203,104 @@ float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a) {
   return lanes8_sum(l);
 }
 
+// ---- The CUDA decode order against Q8_0 activations (kernels.h)
+
+namespace {
+
+// A 32-element piece as the GPU decodes it (cuda/kquant.cuh): signed codes, per-half scales and offsets.
+struct Piece {
+  int q[32];
+  float d[2], m[2];
+};
+
+Piece piece_of(const BlockQ2_K& x, int j) {
+  Piece o;
+  const float d = f16_to_f32(x.d), dmin = f16_to_f32(x.dmin);
+  for (int h = 0; h < 2; ++h) {
+    const int sc = x.scales[2 * j + h];
+    o.d[h] = d * float(sc & 0x0f);
+    o.m[h] = -(dmin * float(sc >> 4));
+  }
+  for (int e = 0; e < 32; ++e) o.q[e] = (x.qs[32 * (j / 4) + e] >> (2 * (j % 4))) & 3;
+  return o;
+}
+
+Piece piece_of(const BlockQ3_K& x, int j) {
+  Piece o;
+  const float d = f16_to_f32(x.d);
+  for (int h = 0; h < 2; ++h) o.d[h] = d * float(q3_k_scale(2 * j + h, x.scales)), o.m[h] = 0.0f;
+  for (int e = 0; e < 32; ++e)
+    o.q[e] = ((x.qs[32 * (j / 4) + e] >> (2 * (j % 4))) & 3) - (((x.hmask[e] >> j) & 1) ? 0 : 4);
+  return o;
+}
+
+template <typename B>  // BlockQ4_K, BlockQ5_K
+Piece piece_q45(const B& x, const uint8_t* qh, int j) {
+  Piece o;
+  uint8_t sc, mn;
+  kquant_scale_min(j, x.scales, sc, mn);
+  o.d[0] = o.d[1] = f16_to_f32(x.d) * float(sc);
+  o.m[0] = o.m[1] = -(f16_to_f32(x.dmin) * float(mn));
+  for (int e = 0; e < 32; ++e)
+    o.q[e] = ((x.qs[32 * (j / 2) + e] >> (4 * (j % 2))) & 0x0f) | (qh ? ((qh[e] >> j) & 1) << 4 : 0);
+  return o;
+}
+Piece piece_of(const BlockQ4_K& x, int j) { return piece_q45(x, nullptr, j); }
+Piece piece_of(const BlockQ5_K& x, int j) { return piece_q45(x, x.qh, j); }
+
+Piece piece_of(const BlockQ6_K& x, int j) {
+  Piece o;
+  const float d = f16_to_f32(x.d);
+  for (int h = 0; h < 2; ++h) o.d[h] = d * float(x.scales[2 * j + h]), o.m[h] = 0.0f;
+  for (int e = 0; e < 32; ++e) o.q[e] = q6_code(x, 32 * j + e) - 32;
+  return o;
+}
+
+Piece piece_of(const BlockIQ4_XS& x, int j) {
+  Piece o;
+  o.d[0] = o.d[1] = f16_to_f32(x.d) * float(iq4_xs_scale(j, x));
+  o.m[0] = o.m[1] = 0.0f;
+  for (int e = 0; e < 32; ++e) o.q[e] = kIQ4NLValues[(x.qs[16 * j + e % 16] >> (4 * (e / 16))) & 0x0f];
+  return o;
+}
+
+template <typename B, bool kHalves, bool kOffset>
+float dot_pieces_q8_0(int64_t n, const B* w, const BlockQ8_0* a) {
+  float lane[32] = {};
+  for (int64_t p = 0; p < n / kQK; ++p) {
+    const Piece x = piece_of(w[p / 8], int(p % 8));
+    const BlockQ8_0& y = a[p];
+    int dot[2] = {}, sum[2] = {};
+    for (int e = 0; e < 32; ++e) dot[e / 16] += x.q[e] * y.qs[e], sum[e / 16] += y.qs[e];
+    float s = kHalves ? std::fma(x.d[1], float(dot[1]), x.d[0] * float(dot[0])) : x.d[0] * float(dot[0] + dot[1]);
+    if (kOffset)
+      s = kHalves ? std::fma(x.m[1], float(sum[1]), std::fma(x.m[0], float(sum[0]), s))
+                  : std::fma(x.m[0], float(sum[0] + sum[1]), s);
+    float& l = lane[p % 32];
+    l = std::fma(f16_to_f32(y.d), s, l);
+  }
+  return warp_sum32(lane);
+}
+
+}  // namespace
+
+float dot_q2_k_q8_0(int64_t n, const BlockQ2_K* w, const BlockQ8_0* a) {
+  return dot_pieces_q8_0<BlockQ2_K, true, true>(n, w, a);
+}
+float dot_q3_k_q8_0(int64_t n, const BlockQ3_K* w, const BlockQ8_0* a) {
+  return dot_pieces_q8_0<BlockQ3_K, true, false>(n, w, a);
+}
+float dot_q4_k_q8_0(int64_t n, const BlockQ4_K* w, const BlockQ8_0* a) {
+  return dot_pieces_q8_0<BlockQ4_K, false, true>(n, w, a);
+}
+float dot_q5_k_q8_0(int64_t n, const BlockQ5_K* w, const BlockQ8_0* a) {
+  return dot_pieces_q8_0<BlockQ5_K, false, true>(n, w, a);
+}
+float dot_q6_k_q8_0(int64_t n, const BlockQ6_K* w, const BlockQ8_0* a) {
+  return dot_pieces_q8_0<BlockQ6_K, true, false>(n, w, a);
+}
+float dot_iq4_xs_q8_0(int64_t n, const BlockIQ4_XS* w, const BlockQ8_0* a) {
+  return dot_pieces_q8_0<BlockIQ4_XS, false, false>(n, w, a);
+}
+
 }  // namespace df::cpu::scalar

@@ -45,7 +45,20 @@ namespace {
 // the half types, f32 otherwise.
 enum class ActFormat { kF32, kF16, kBF16, kQ8_0, kQ8_1, kQ8_K };
 
-ActFormat act_format(GgmlType t) {
+bool cuda_order_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS: return true;
+    default: return false;
+  }
+}
+
+ActFormat act_format(GgmlType t, bool cuda_order = false) {
+  if (cuda_order && cuda_order_type(t)) return ActFormat::kQ8_0;
   switch (t) {
     case GgmlType::Q4_0:
     case GgmlType::Q5_0:
@@ -66,8 +79,8 @@ ActFormat act_format(GgmlType t) {
 }
 
 // Bytes of one activation row converted for weights of type t.
-uint64_t act_row_bytes(GgmlType t, int64_t cols) {
-  switch (act_format(t)) {
+uint64_t act_row_bytes(GgmlType t, int64_t cols, bool cuda_order) {
+  switch (act_format(t, cuda_order)) {
     case ActFormat::kQ8_0: return uint64_t(cols / kQK) * sizeof(BlockQ8_0);
     case ActFormat::kQ8_1: return uint64_t(cols / kQK) * sizeof(BlockQ8_1);
     case ActFormat::kQ8_K: return uint64_t(cols / kQK_K) * sizeof(BlockQ8_K);
@@ -78,8 +91,8 @@ uint64_t act_row_bytes(GgmlType t, int64_t cols) {
   return uint64_t(cols) * 4;
 }
 
-void convert_act(const Kernels& k, GgmlType t, const float* x, int64_t cols, uint8_t* dst) {
-  switch (act_format(t)) {
+void convert_act(const Kernels& k, GgmlType t, bool cuda_order, const float* x, int64_t cols, uint8_t* dst) {
+  switch (act_format(t, cuda_order)) {
     case ActFormat::kQ8_0: k.quantize_q8_0(x, reinterpret_cast<BlockQ8_0*>(dst), cols); break;
     case ActFormat::kQ8_1: k.quantize_q8_1(x, reinterpret_cast<BlockQ8_1*>(dst), cols); break;
     case ActFormat::kQ8_K: k.quantize_q8_k(x, reinterpret_cast<BlockQ8_K*>(dst), cols); break;
@@ -101,19 +114,31 @@ float dot_as(float (*dot)(int64_t, const W*, const A*), int64_t n, const uint8_t
 struct DotOrder {
   bool x8 = false;
   bool single = false;
+  bool cuda = false;    // the CUDA decode order (MatmulJob::cuda_order)
   int64_t grouped = 0;  // activation rows [0, grouped) take the batched Q4_K order (llama.cpp groups them by four)
 };
 
 DotOrder dot_order(const MatmulJob& jb) {
   const model::Mat& w = *jb.w;
+  const bool cuda = jb.cuda_order && cuda_order_type(w.type);
   const bool interleavable = w.type == GgmlType::Q4_0 || w.type == GgmlType::IQ4_NL || w.type == GgmlType::Q4_K;
   const bool tiles = w.cols % 8 == 0 && w.rows % 4 == 0;
-  DotOrder o{.x8 = interleavable && w.rows % 8 == 0, .single = jb.per_row || jb.n_tok == 1 || !tiles};
+  DotOrder o{.x8 = interleavable && w.rows % 8 == 0 && !cuda, .single = jb.per_row || jb.n_tok == 1 || !tiles,
+             .cuda = cuda};
   if (o.x8 && w.type == GgmlType::Q4_K && !jb.per_row && jb.n_tok >= 4) o.grouped = jb.n_tok - jb.n_tok % 4;
   return o;
 }
 
 float dot_row(const Kernels& k, GgmlType t, DotOrder o, int64_t n, const uint8_t* w, const uint8_t* a) {
+  if (o.cuda) switch (t) {
+      case GgmlType::Q2_K: return dot_as(k.dot_q2_k_q8_0, n, w, a);
+      case GgmlType::Q3_K: return dot_as(k.dot_q3_k_q8_0, n, w, a);
+      case GgmlType::Q4_K: return dot_as(k.dot_q4_k_q8_0, n, w, a);
+      case GgmlType::Q5_K: return dot_as(k.dot_q5_k_q8_0, n, w, a);
+      case GgmlType::Q6_K: return dot_as(k.dot_q6_k_q8_0, n, w, a);
+      case GgmlType::IQ4_XS: return dot_as(k.dot_iq4_xs_q8_0, n, w, a);
+      default: break;
+    }
   switch (t) {
     case GgmlType::Q4_0: return dot_as(o.x8 ? k.dot_q4_0_q8_0_x8 : k.dot_q4_0_q8_0, n, w, a);
     case GgmlType::Q8_0: return dot_as(k.dot_q8_0_q8_0, n, w, a);
@@ -135,6 +160,18 @@ float dot_row(const Kernels& k, GgmlType t, DotOrder o, int64_t n, const uint8_t
 
 }  // namespace
 
+bool rounds_as_cuda_decode(GgmlType t) {
+  switch (act_format(t, true)) {
+    case ActFormat::kQ8_0:  // the GPU's activations, bit for bit (cuda/quantize.cu)
+    case ActFormat::kQ8_1:  // the same codes; the offsets' block sums rounded to f16
+    case ActFormat::kF32:
+    case ActFormat::kF16:
+    case ActFormat::kBF16: return true;
+    case ActFormat::kQ8_K: break;
+  }
+  return false;
+}
+
 void matmul(Context& ctx, const model::Mat& w, const float* x, int64_t n_tok, float* y) {
   const MatmulJob job{&w, x, n_tok, y};
   matmul_many(ctx, std::span<const MatmulJob>(&job, 1));
@@ -152,19 +189,20 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     const MatmulJob& jb = jobs[i];
     DF_CHECK(jb.w->data != nullptr && model::matmul_type_supported(jb.w->type));
     if (i > 0 && jb.x == jobs[i - 1].x && jb.n_tok == jobs[i - 1].n_tok && jb.w->cols == jobs[i - 1].w->cols &&
-        act_format(jb.w->type) == act_format(jobs[i - 1].w->type)) {
+        act_format(jb.w->type, jb.cuda_order) == act_format(jobs[i - 1].w->type, jobs[i - 1].cuda_order)) {
       act_off[i] = act_off[i - 1];
       continue;
     }
-    if (act_format(jb.w->type) == ActFormat::kF32) continue;
+    if (act_format(jb.w->type, jb.cuda_order) == ActFormat::kF32) continue;
     act_off[i] = act_bytes;
-    act_bytes += act_row_bytes(jb.w->type, jb.w->cols) * uint64_t(std::max<int64_t>(jb.n_tok, 0));
+    act_bytes += act_row_bytes(jb.w->type, jb.w->cols, jb.cuda_order) * uint64_t(std::max<int64_t>(jb.n_tok, 0));
     converts.push_back(i);
   }
   ctx.act.grow(act_bytes);
   auto act_of = [&](size_t i) {
-    return act_format(jobs[i].w->type) == ActFormat::kF32 ? reinterpret_cast<const uint8_t*>(jobs[i].x)
-                                                          : ctx.act.data() + act_off[i];
+    return act_format(jobs[i].w->type, jobs[i].cuda_order) == ActFormat::kF32
+               ? reinterpret_cast<const uint8_t*>(jobs[i].x)
+               : ctx.act.data() + act_off[i];
   };
   // Converted in parallel, a row range per task: a prefill batch has thousands of rows (the routed experts' copies
   // of their tokens), which one thread would convert while the others wait.
@@ -178,9 +216,10 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
   auto convert = [&](int64_t ti) {
     const auto [ji, t0] = act_tasks[size_t(ti)];
     const auto& jb = jobs[ji];
-    const uint64_t arb = act_row_bytes(jb.w->type, jb.w->cols);
+    const uint64_t arb = act_row_bytes(jb.w->type, jb.w->cols, jb.cuda_order);
     for (int64_t t = t0; t < std::min(jb.n_tok, t0 + act_chunk); ++t)
-      convert_act(k, jb.w->type, jb.x + t * jb.w->cols, jb.w->cols, ctx.act.data() + act_off[ji] + t * arb);
+      convert_act(k, jb.w->type, jb.cuda_order, jb.x + t * jb.w->cols, jb.w->cols,
+                  ctx.act.data() + act_off[ji] + t * arb);
   };
   if (n_rows > act_chunk) {
     ctx.parallel(int64_t(act_tasks.size()), convert);
@@ -204,7 +243,7 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
     const auto [ji, r0] = tasks[size_t(ti)];
     const MatmulJob& jb = jobs[ji];
     const model::Mat& w = *jb.w;
-    const uint64_t arb = act_row_bytes(w.type, w.cols);
+    const uint64_t arb = act_row_bytes(w.type, w.cols, jb.cuda_order);
     const uint8_t* act = act_of(ji);
     const int64_t r1 = std::min(w.rows, r0 + chunk);
     const DotOrder order = dot_order(jb);
@@ -268,7 +307,7 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
       // model's attn_v, ffn_down and head): up to eight tokens against one unpacked row (equal to dot_row calls).
       const bool q2_k = w.type == GgmlType::Q2_K, q3_k = w.type == GgmlType::Q3_K, q5_k = w.type == GgmlType::Q5_K,
                  q6_k = w.type == GgmlType::Q6_K, iq4_xs = w.type == GgmlType::IQ4_XS;
-      if (q2_k || q3_k || q5_k || q6_k || iq4_xs)
+      if ((q2_k || q3_k || q5_k || q6_k || iq4_xs) && !order.cuda)
         while (jb.n_tok - t >= 2) {
           const int nt = int(std::min<int64_t>(8, jb.n_tok - t));
           const BlockQ8_K* a8[8];

@@ -338,7 +338,7 @@ void RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, bool packed) {
   float* out = reinterpret_cast<float*>(cpu_out_host_.data());
   cpu::expert_products(*st.cpu, ew, first, xn, out, cpu_scratch_,
                        glu_ == Glu::kGelu ? cpu::GateActivation::kGeGlu : cpu::GateActivation::kSwiGlu,
-                       /*shared_in=*/true);
+                       /*shared_in=*/true, /*cuda_order=*/true);
   const auto t1 = std::chrono::steady_clock::now();
   // The pool's threads still spin if the last share ended less than their spin time ago.
   const bool warm = t0 - cpu_done_ < cpu::ThreadPool::kSpinTime;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "diskformer/backend/cpu/ops.h"
 #include "diskformer/util/check.h"
 #include "diskformer/util/size.h"
 
@@ -66,7 +67,7 @@ std::vector<std::vector<cache::PartPlace>> expert_planes(const model::RecordLayo
 bool cpu_experts_round_alike(const model::RecordLayouts& layouts) {
   for (const model::ExpertLayout& e : layouts.experts)
     for (const model::Mat* m : {&e.gate, &e.up, &e.down})
-      if (e.present() && gguf::type_info(m->type)->block_elems == 256) return false;
+      if (e.present() && !cpu::rounds_as_cuda_decode(m->type)) return false;
   return true;
 }
 

@@ -23,9 +23,10 @@ enum class GateActivation { kSwiGlu, kGeGlu };
 // in: [rows][n_embd] inputs grouped by expert: expert i's rows are [first[i], first[i + 1]) (first has
 // ew.size() + 1 entries); out: [rows][n_embd], each row its expert's gated FFN of the input row. With shared_in,
 // every expert takes the same m = first[i + 1] - first[i] rows in[0 .. m) (one token's experts in decode): its
-// activations are converted once for all of them.
+// activations are converted once for all of them. cuda_order: the products as MatmulJob::cuda_order takes them (a GPU
+// run's CPU share).
 void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std::span<const int64_t> first,
                      const float* in, float* out, ExpertScratch& scratch,
-                     GateActivation act = GateActivation::kSwiGlu, bool shared_in = false);
+                     GateActivation act = GateActivation::kSwiGlu, bool shared_in = false, bool cuda_order = false);
 
 }  // namespace df::cpu

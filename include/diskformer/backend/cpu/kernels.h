@@ -109,6 +109,22 @@ struct Kernels {
   // row's codes and scales unpacked once for all of them (a Q4_K_M model's Q6_K matrices in a prompt batch).
   void (*dotn_q6_k_q8_k)(int64_t n, const BlockQ6_K* w, const BlockQ8_K* const a[], int nt, float* out);
 
+  // The 256-element types against Q8_0 activation blocks in the order of the CUDA backend's decode products
+  // (cuda/decode.cu rows_dots, cuda/kquant.cuh piece_dot), so that the CPU's share of a GPU run's routed experts
+  // rounds as the GPU's own products do. Each 32-element piece p of the row (sub-block p % 8 of super-block p / 8)
+  // has per-half scales d0, d1 and offsets m0, m1 (f32 products of the block's scale and the piece's integer scale,
+  // the offsets negated), exact integer dots p0, p1 of its halves' codes with the activation's and the halves'
+  // activation code sums s0, s1; s = d0 * float(p0 + p1), then fma(m0, float(s0 + s1), s) for Q4_K and Q5_K, and
+  // s = fma(d1, float(p1), d0 * float(p0)), then for Q2_K fma(m1, float(s1), fma(m0, float(s0), s)), for the per-16
+  // scaled Q2_K, Q3_K and Q6_K. Lane p % 32 of 32 accumulates l = fma(d_a, s, l) over its pieces in order; the
+  // lanes are then summed as a warp's butterfly: lane i + lane i + 16, those pairwise by 8, 4, 2 and 1.
+  float (*dot_q2_k_q8_0)(int64_t n, const BlockQ2_K* w, const BlockQ8_0* a);
+  float (*dot_q3_k_q8_0)(int64_t n, const BlockQ3_K* w, const BlockQ8_0* a);
+  float (*dot_q4_k_q8_0)(int64_t n, const BlockQ4_K* w, const BlockQ8_0* a);
+  float (*dot_q5_k_q8_0)(int64_t n, const BlockQ5_K* w, const BlockQ8_0* a);
+  float (*dot_q6_k_q8_0)(int64_t n, const BlockQ6_K* w, const BlockQ8_0* a);
+  float (*dot_iq4_xs_q8_0)(int64_t n, const BlockIQ4_XS* w, const BlockQ8_0* a);
+
   // y[i] = silu(gate[i]) * up[i] over one row of n: as llama.cpp's SIMD SwiGLU, 8-element steps take the
   // exponential of exp_approx.h, the last n % 8 elements libm's expf.
   void (*swiglu)(int64_t n, const float* gate, const float* up, float* y);

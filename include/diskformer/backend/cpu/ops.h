@@ -80,8 +80,15 @@ struct MatmulJob {
   // Each activation row multiplied on its own, in llama.cpp's one-row orders whatever n_tok is: its mul_mat_id
   // (routed experts) takes the tokens of an expert one at a time.
   bool per_row = false;
+  // The 256-element types take Q8_0 activations and the CUDA backend's decode order (Kernels::dot_q4_k_q8_0 and
+  // its kin) instead of llama.cpp's Q8_K: a GPU run's CPU share of its experts then rounds as the GPU would.
+  bool cuda_order = false;
 };
 void matmul_many(Context& ctx, std::span<const MatmulJob> jobs);
+
+// Whether the CPU's product of a matrix of type t rounds as the CUDA decode products do, with cuda_order where
+// that matters: the same Q8_0 activations and per-block terms, at most the sum's order differing.
+bool rounds_as_cuda_decode(gguf::GgmlType t);
 
 // y = x / sqrt(mean(x^2) + eps) * weight, n elements (ggml's rms_norm then mul; the square sum in double); without
 // the multiply where weight is nullptr.

@@ -42,11 +42,9 @@ constexpr uint64_t kGpuMarginBytes = 32ull << 20;
 // A mixture of experts' per-layer embedding rows on the GPU where its table streams: its experts take the rest.
 constexpr uint32_t kGpuRowSlots = 4096;
 
-// Whether the CPU's products of every routed expert round their activations as this backend's kernels do (blocks of
-// 32 with one scale: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1, IQ4_NL, and the float types), so that experts computed on the CPU
-// give what the GPU would within float summation order. The 256-element types (the K-quants, IQ4_XS) are multiplied
-// on the CPU with activations in 256-blocks (Q8_K, llama.cpp's CPU arithmetic) and on the GPU in 32-blocks: their
-// logits differed by 1% on the shared models, enough to flip near-ties against the resident run.
+// Whether the CPU's products of every routed expert round as this backend's decode kernels do
+// (cpu::rounds_as_cuda_decode: the same Q8_0 activations and per-block terms; the 256-element types through the
+// CUDA decode order), so that experts computed on the CPU give what the GPU would within the sum's order.
 bool cpu_experts_round_alike(const model::RecordLayouts& layouts);
 
 struct GpuPlanOptions {
