@@ -115,6 +115,12 @@ void dot4_q4_k_q8_k_x8(int64_t n, const BlockQ4_K* w, const BlockQ8_K* const a[4
 float dot_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* a);
 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a);
 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* a);
+float dot_q2_k_q8_0(int64_t n, const BlockQ2_K* w, const BlockQ8_0* a);
+float dot_q3_k_q8_0(int64_t n, const BlockQ3_K* w, const BlockQ8_0* a);
+float dot_q4_k_q8_0(int64_t n, const BlockQ4_K* w, const BlockQ8_0* a);
+float dot_q5_k_q8_0(int64_t n, const BlockQ5_K* w, const BlockQ8_0* a);
+float dot_q6_k_q8_0(int64_t n, const BlockQ6_K* w, const BlockQ8_0* a);
+float dot_iq4_xs_q8_0(int64_t n, const BlockIQ4_XS* w, const BlockQ8_0* a);
 }  // namespace avx2
 namespace avx512 {
 float dot_q2_k_q8_k(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);

@@ -305,4 +305,173 @@ DF_AVX2 float dot_iq4_xs_q8_k(int64_t n, const BlockIQ4_XS* w, const BlockQ8_K* 
   return sum_lanes(acc);
 }
 
+// ---- The CUDA decode order against Q8_0 activations (kernels.h), a super-block (8 pieces, a vector each) at a time:
+// the codes against the activation's by maddubs (signed codes through their magnitudes and the activation's signs),
+// each half's four lanes added (exact), the pieces' float steps in 8 lanes (lane j: piece j), and lane group b % 4
+// of the 32 accumulator lanes taking super-block b.
+namespace {
+
+struct PieceScales {  // per piece of a super-block (lane j: piece j), its halves' scales and offsets
+  __m256 d0, d1, m0, m1;
+};
+
+// Lanes 0..7: the sums of lanes 0..3 of v[0..7] (half 0 of each piece); half: lanes 4..7 (half 1).
+DF_AVX2 inline void half_sums(const __m256i (&v)[8], __m256i& half0, __m256i& half1) {
+  const __m256i q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i q1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  half0 = _mm256_permute2x128_si256(q0, q1, 0x20);
+  half1 = _mm256_permute2x128_si256(q0, q1, 0x31);
+}
+
+// 16 int16 scales (lane k: sub-block k of 16) split into the pieces' halves: even ones (half 0), odd ones (half 1).
+DF_AVX2 inline void split_halves(__m256i sc16, __m256& even, __m256& odd) {
+  even = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(sc16, 16), 16));
+  odd = _mm256_cvtepi32_ps(_mm256_srai_epi32(sc16, 16));
+}
+
+template <bool kHalves, bool kOffset, bool kSigned>
+DF_AVX2 inline float pieces_q8_0(int64_t n, const BlockQ8_0* a, auto&& block) {
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ8_0* y = a + 8 * b;
+    __m256i c[8], dots[8], sums[8];
+    PieceScales ps;
+    block(b, c, ps);
+    for (int j = 0; j < 8; ++j) {
+      const __m256i act = load256(y[j].qs);
+      const __m256i p16 = kSigned ? _mm256_maddubs_epi16(_mm256_sign_epi8(c[j], c[j]), _mm256_sign_epi8(act, c[j]))
+                                  : _mm256_maddubs_epi16(c[j], act);
+      dots[j] = _mm256_madd_epi16(p16, ones16);
+      if constexpr (kOffset) sums[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, act), ones16);
+    }
+    __m256i p0, p1, s0, s1;
+    half_sums(dots, p0, p1);
+    __m256 s;
+    if constexpr (kHalves) {
+      s = _mm256_fmadd_ps(ps.d1, _mm256_cvtepi32_ps(p1), _mm256_mul_ps(ps.d0, _mm256_cvtepi32_ps(p0)));
+    } else {
+      s = _mm256_mul_ps(ps.d0, _mm256_cvtepi32_ps(_mm256_add_epi32(p0, p1)));
+    }
+    if constexpr (kOffset) {
+      half_sums(sums, s0, s1);
+      if constexpr (kHalves) {
+        s = _mm256_fmadd_ps(ps.m1, _mm256_cvtepi32_ps(s1), _mm256_fmadd_ps(ps.m0, _mm256_cvtepi32_ps(s0), s));
+      } else {
+        s = _mm256_fmadd_ps(ps.m0, _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), s);
+      }
+    }
+    const __m256 da = _mm256_cvtph_ps(_mm_setr_epi16(short(y[0].d), short(y[1].d), short(y[2].d), short(y[3].d),
+                                                     short(y[4].d), short(y[5].d), short(y[6].d), short(y[7].d)));
+    acc[b % 4] = _mm256_fmadd_ps(da, s, acc[b % 4]);
+  }
+  // The butterfly: lanes i and i + 16 (acc[k], acc[k + 2]), then i + 8 (the two vectors), i + 4, i + 2, i + 1.
+  const __m256 l8 = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+  const __m128 l4 = _mm_add_ps(_mm256_castps256_ps128(l8), _mm256_extractf128_ps(l8, 1));
+  const __m128 l2 = _mm_add_ps(l4, _mm_movehl_ps(l4, l4));
+  return _mm_cvtss_f32(_mm_add_ss(l2, _mm_movehdup_ps(l2)));
+}
+
+template <typename B>  // BlockQ4_K, BlockQ5_K
+DF_AVX2 inline PieceScales q45_scales(const B& x) {
+  const ScalesMins sm = scales_mins(x.scales);
+  auto eight = [](const uint8_t* v) DF_AVX2 {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))));
+  };
+  PieceScales ps;
+  ps.d0 = ps.d1 = _mm256_mul_ps(_mm256_set1_ps(h2f(x.d)), eight(sm.sc));
+  ps.m0 = ps.m1 = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(h2f(x.dmin)), eight(sm.mn)), _mm256_set1_ps(-0.0f));
+  return ps;
+}
+
+// Piece j's 4-bit codes of a Q4_K / Q5_K super-block (low nibbles of qs[32(j / 2) ..] for even j, high for odd).
+DF_AVX2 inline __m256i q45_low(const uint8_t* qs, int j) {
+  const __m256i q = load256(qs + 32 * (j / 2));
+  return _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, nibbles());
+}
+
+}  // namespace
+
+DF_AVX2 float dot_q4_k_q8_0(int64_t n, const BlockQ4_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<false, true, false>(n, a, [&](int64_t b, __m256i(&c)[8], PieceScales& ps) DF_AVX2 {
+    for (int j = 0; j < 8; ++j) c[j] = q45_low(w[b].qs, j);
+    ps = q45_scales(w[b]);
+  });
+}
+
+DF_AVX2 float dot_q5_k_q8_0(int64_t n, const BlockQ5_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<false, true, false>(n, a, [&](int64_t b, __m256i(&c)[8], PieceScales& ps) DF_AVX2 {
+    const __m256i h = load256(w[b].qh);
+    for (int j = 0; j < 8; ++j)
+      c[j] = _mm256_or_si256(q45_low(w[b].qs, j),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, j), _mm256_set1_epi8(1)), 4));
+    ps = q45_scales(w[b]);
+  });
+}
+
+DF_AVX2 float dot_q6_k_q8_0(int64_t n, const BlockQ6_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<true, false, true>(n, a, [&](int64_t b, __m256i(&c)[8], PieceScales& ps) DF_AVX2 {
+    const BlockQ6_K& x = w[b];
+    for (int j = 0; j < 8; ++j) {
+      const int g = j % 4;
+      const __m256i l = load256(x.ql + 64 * (j / 4) + 32 * (g % 2)), h = load256(x.qh + 32 * (j / 4));
+      const __m256i lo = _mm256_and_si256(g / 2 ? _mm256_srli_epi16(l, 4) : l, nibbles());
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * g), _mm256_set1_epi8(3));
+      c[j] = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    }
+    const __m256 d = _mm256_set1_ps(h2f(x.d));
+    split_halves(_mm256_cvtepi8_epi16(load128(x.scales)), ps.d0, ps.d1);
+    ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);
+  });
+}
+
+DF_AVX2 float dot_q3_k_q8_0(int64_t n, const BlockQ3_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<true, false, true>(n, a, [&](int64_t b, __m256i(&c)[8], PieceScales& ps) DF_AVX2 {
+    const BlockQ3_K& x = w[b];
+    const __m256i h = load256(x.hmask);
+    for (int j = 0; j < 8; ++j) {
+      const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(load256(x.qs + 32 * (j / 4)), 2 * (j % 4)),
+                                          _mm256_set1_epi8(3));
+      const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(h, j), _mm256_set1_epi8(1));
+      c[j] = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi8(4));
+    }
+    alignas(32) int16_t sc[16];
+    for (int k = 0; k < 16; ++k) sc[k] = int16_t(q3_k_scale(k, x.scales));
+    const __m256 d = _mm256_set1_ps(h2f(x.d));
+    split_halves(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)), ps.d0, ps.d1);
+    ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);
+  });
+}
+
+DF_AVX2 float dot_q2_k_q8_0(int64_t n, const BlockQ2_K* w, const BlockQ8_0* a) {
+  return pieces_q8_0<true, true, false>(n, a, [&](int64_t b, __m256i(&c)[8], PieceScales& ps) DF_AVX2 {
+    const BlockQ2_K& x = w[b];
+    for (int j = 0; j < 8; ++j)
+      c[j] = _mm256_and_si256(_mm256_srli_epi16(load256(x.qs + 32 * (j / 4)), 2 * (j % 4)), _mm256_set1_epi8(3));
+    const __m256i raw = _mm256_cvtepu8_epi16(load128(x.scales));
+    const __m256 d = _mm256_set1_ps(h2f(x.d)), dmin = _mm256_set1_ps(h2f(x.dmin)), neg = _mm256_set1_ps(-0.0f);
+    split_halves(_mm256_and_si256(raw, _mm256_set1_epi16(0x0f)), ps.d0, ps.d1);
+    split_halves(_mm256_srli_epi16(raw, 4), ps.m0, ps.m1);
+    ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);
+    ps.m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, ps.m0), neg), ps.m1 = _mm256_xor_ps(_mm256_mul_ps(dmin, ps.m1), neg);
+  });
+}
+
+DF_AVX2 float dot_iq4_xs_q8_0(int64_t n, const BlockIQ4_XS* w, const BlockQ8_0* a) {
+  const __m256i table = _mm256_broadcastsi128_si256(load128(kIQ4NLValues));
+  return pieces_q8_0<false, false, true>(n, a, [&](int64_t b, __m256i(&c)[8], PieceScales& ps) DF_AVX2 {
+    const BlockIQ4_XS& x = w[b];
+    for (int j = 0; j < 8; ++j) {
+      const __m128i r = load128(x.qs + 16 * j);  // low nibbles: elements 0..15, high: 16..31
+      const __m256i codes =
+          _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(r, 4), r), nibbles());
+      c[j] = _mm256_shuffle_epi8(table, codes);
+    }
+    alignas(32) int32_t sc[8];
+    for (int j = 0; j < 8; ++j) sc[j] = iq4_xs_scale(j, x);
+    const __m256 scales = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
+    ps.d0 = ps.d1 = _mm256_mul_ps(_mm256_set1_ps(h2f(x.d)), scales);
+  });
+}
+
 }  // namespace df::cpu::avx2
