@@ -249,7 +249,7 @@ DF_AVX2 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const BlockQ
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK; ++b) {
-    prefetch_next_rows8(w, b);
+    prefetch_next_rows8<_MM_HINT_T0>(w, b);
     __m256i x[8];
     for (int i = 0; i < 8; ++i) x[i] = unpack_q4_0(w[i][b].qs);
     const __m256 dw = row_scales8(w, b);

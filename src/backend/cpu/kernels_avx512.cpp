@@ -153,7 +153,7 @@ DF_AVX512 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const Bloc
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK; ++b) {
-    prefetch_next_rows8(w, b);
+    prefetch_next_rows8<_MM_HINT_T0>(w, b);
     // Four rows' 16 code bytes a register, a row per 128-bit chunk: the low nibbles are elements 0..15, the high
     // ones 16..31, so lane j of chunk r sums row r's elements 4j..4j+3 and 16+4j..16+4j+3 against the activation's
     // two halves broadcast to every chunk.

@@ -463,8 +463,7 @@ DF_AVX2 float dot_iq4_xs_q8_0(int64_t n, const BlockIQ4_XS* w, const BlockQ8_0* 
     const BlockIQ4_XS& x = w[b];
     for (int j = 0; j < 8; ++j) {
       const __m128i r = load128(x.qs + 16 * j);  // low nibbles: elements 0..15, high: 16..31
-      const __m256i codes =
-          _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(r, 4), r), nibbles());
+      const __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(r, 4), r), nibbles());
       c[j] = _mm256_shuffle_epi8(table, codes);
     }
     alignas(32) int32_t sc[8];

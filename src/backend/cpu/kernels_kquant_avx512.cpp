@@ -371,6 +371,7 @@ DF_AVX512 void dot8_q4_k_one(int64_t n, const BlockQ4_K* const w[8], const Block
   const __m512i pick_dmin = _mm512_add_epi16(pick_d, _mm512_set1_epi16(1));
   __m256 s = _mm256_setzero_ps(), sm = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
+    prefetch_next_rows8<_MM_HINT_T1>(w, b);
     const BlockQ8_K& y = a[b];
     const __m512i act[4] = {join(load256(y.qs), load256(y.qs + 64)), join(load256(y.qs + 32), load256(y.qs + 96)),
                             join(load256(y.qs + 128), load256(y.qs + 192)),
