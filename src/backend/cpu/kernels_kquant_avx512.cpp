@@ -537,17 +537,19 @@ DF_AVX512 void dotn_q5_k_q8_k(int64_t n, const BlockQ5_K* w, const BlockQ8_K* co
 }
 
 // Group g = 2j + half of a Q6_K block's 64-element codes: groups 0, 1 (of a j) use the low nibbles of ql[64j ..] and
-// ql[64j + 32 ..], groups 2, 3 their high nibbles; the high two bits come from qh[32j ..] at shifts 2g. Its four
-// scales (one per 16 elements) in sc.
-DF_AVX512 inline __m512i q6_codes(const BlockQ6_K& x, int j, int half, __m512i& sc) {
+// ql[64j + 32 ..], groups 2, 3 their high nibbles; the high two bits come from qh[32j ..] at shifts 2g.
+DF_AVX512 inline __m512i q6_codes(const BlockQ6_K& x, int j, int half) {
   const __m512i l = load512(x.ql + 64 * j);
   const __m256i h = load256(x.qh + 32 * j);
   const __m512i hh = join(h, _mm256_srli_epi16(h, 2));
   const __m512i lo = _mm512_and_si512(half ? _mm512_srli_epi16(l, 4) : l, nibbles());
   const __m512i hi = _mm512_and_si512(half ? _mm512_srli_epi16(hh, 4) : hh, _mm512_set1_epi8(3));
-  const int sb = 8 * j + 4 * half;
-  sc = scales16(x.scales[sb], x.scales[sb + 1], x.scales[sb + 2], x.scales[sb + 3]);
   return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+}
+// The group's four scales (one per 16 elements) as int32 lanes.
+DF_AVX512 inline __m512i q6_scales(const BlockQ6_K& x, int j, int half) {
+  const int sb = 8 * j + 4 * half;
+  return scales16(x.scales[sb], x.scales[sb + 1], x.scales[sb + 2], x.scales[sb + 3]);
 }
 
 DF_AVX512 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a) {
@@ -560,8 +562,7 @@ DF_AVX512 float dot_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* a)
         _mm256_madd_epi16(load256(y.bsums), _mm256_cvtepi8_epi16(load128(x.scales))), 5);
     __m512i sumi = _mm512_setzero_si512();
     for (int g = 0; g < 4; ++g) {
-      __m512i sc;
-      const __m512i q = q6_codes(x, g / 2, g % 2, sc);
+      const __m512i q = q6_codes(x, g / 2, g % 2), sc = q6_scales(x, g / 2, g % 2);
       sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(dp(q, load512(y.qs + 64 * g)), sc));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_sub_epi32(fold(sumi), off)), acc);
@@ -577,7 +578,7 @@ DF_AVX512 void dotn_q6_k_q8_k(int64_t n, const BlockQ6_K* w, const BlockQ8_K* co
     const BlockQ6_K& x = w[b];
     const __m256i scales = _mm256_cvtepi8_epi16(load128(x.scales));
     __m512i q[4], sc[4];
-    for (int g = 0; g < 4; ++g) q[g] = q6_codes(x, g / 2, g % 2, sc[g]);
+    for (int g = 0; g < 4; ++g) q[g] = q6_codes(x, g / 2, g % 2), sc[g] = q6_scales(x, g / 2, g % 2);
     const float dw = h2f(x.d);
     for (int t = 0; t < nt; ++t) {
       const BlockQ8_K& y = a[t][b];
@@ -740,8 +741,7 @@ DF_AVX512 float dot_q5_k_q8_0(int64_t n, const BlockQ5_K* w, const BlockQ8_0* a)
 DF_AVX512 float dot_q6_k_q8_0(int64_t n, const BlockQ6_K* w, const BlockQ8_0* a) {
   return pieces_q8_0<true, false>(n, a, [&](int64_t b, __m512i(&u)[4], PieceScales& ps) DF_AVX512 {
     const BlockQ6_K& x = w[b];
-    __m512i unused;
-    for (int i = 0; i < 4; ++i) u[i] = q6_codes(x, i / 2, i % 2, unused);
+    for (int i = 0; i < 4; ++i) u[i] = q6_codes(x, i / 2, i % 2);
     const __m256 d = _mm256_set1_ps(h2f(x.d));
     split_halves(_mm512_cvtepi8_epi32(load128(x.scales)), ps.d0, ps.d1);
     ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);

@@ -42,9 +42,10 @@ namespace {
 
 // The activation format llama.cpp's CPU backend pairs with each weight type (its vec_dot_type): Q8_0 for the
 // 32-blocks with one scale, Q8_1 (with block sums) for those with an offset, Q8_K for the 256-blocks, f16 / bf16 for
-// the half types, f32 otherwise.
+// the half types, f32 otherwise; with MatmulJob::cuda_order the 256-blocks take Q8_0, the CUDA backend's.
 enum class ActFormat { kF32, kF16, kBF16, kQ8_0, kQ8_1, kQ8_K };
 
+// The types with a product in the CUDA decode order (Kernels::dot_q4_k_q8_0 and its kin).
 bool cuda_order_type(GgmlType t) {
   switch (t) {
     case GgmlType::Q2_K:
@@ -129,16 +130,20 @@ DotOrder dot_order(const MatmulJob& jb) {
   return o;
 }
 
+// A row of a cuda_order_type in the CUDA decode order.
+float dot_row_cuda(const Kernels& k, GgmlType t, int64_t n, const uint8_t* w, const uint8_t* a) {
+  switch (t) {
+    case GgmlType::Q2_K: return dot_as(k.dot_q2_k_q8_0, n, w, a);
+    case GgmlType::Q3_K: return dot_as(k.dot_q3_k_q8_0, n, w, a);
+    case GgmlType::Q4_K: return dot_as(k.dot_q4_k_q8_0, n, w, a);
+    case GgmlType::Q5_K: return dot_as(k.dot_q5_k_q8_0, n, w, a);
+    case GgmlType::Q6_K: return dot_as(k.dot_q6_k_q8_0, n, w, a);
+    default: DF_CHECK(t == GgmlType::IQ4_XS); return dot_as(k.dot_iq4_xs_q8_0, n, w, a);
+  }
+}
+
 float dot_row(const Kernels& k, GgmlType t, DotOrder o, int64_t n, const uint8_t* w, const uint8_t* a) {
-  if (o.cuda) switch (t) {
-      case GgmlType::Q2_K: return dot_as(k.dot_q2_k_q8_0, n, w, a);
-      case GgmlType::Q3_K: return dot_as(k.dot_q3_k_q8_0, n, w, a);
-      case GgmlType::Q4_K: return dot_as(k.dot_q4_k_q8_0, n, w, a);
-      case GgmlType::Q5_K: return dot_as(k.dot_q5_k_q8_0, n, w, a);
-      case GgmlType::Q6_K: return dot_as(k.dot_q6_k_q8_0, n, w, a);
-      case GgmlType::IQ4_XS: return dot_as(k.dot_iq4_xs_q8_0, n, w, a);
-      default: break;
-    }
+  if (o.cuda) return dot_row_cuda(k, t, n, w, a);
   switch (t) {
     case GgmlType::Q4_0: return dot_as(o.x8 ? k.dot_q4_0_q8_0_x8 : k.dot_q4_0_q8_0, n, w, a);
     case GgmlType::Q8_0: return dot_as(k.dot_q8_0_q8_0, n, w, a);
