@@ -323,10 +323,11 @@ DF_AVX2 inline void half_sums(const __m256i (&v)[8], __m256i& half0, __m256i& ha
   half1 = _mm256_permute2x128_si256(q0, q1, 0x31);
 }
 
-// 16 int16 scales (lane k: sub-block k of 16) split into the pieces' halves: even ones (half 0), odd ones (half 1).
-DF_AVX2 inline void split_halves(__m256i sc16, __m256& even, __m256& odd) {
-  even = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(sc16, 16), 16));
-  odd = _mm256_cvtepi32_ps(_mm256_srai_epi32(sc16, 16));
+// 16 int16 scales (lane k: sub-block k of 16) times d, split into the pieces' halves: even ones (half 0), odd ones
+// (half 1).
+DF_AVX2 inline void split_halves(__m256i sc16, float d, __m256& even, __m256& odd) {
+  even = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(sc16, 16), 16)));
+  odd = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_srai_epi32(sc16, 16)));
 }
 
 template <bool kHalves, bool kOffset, bool kSigned>
@@ -419,9 +420,7 @@ DF_AVX2 float dot_q6_k_q8_0(int64_t n, const BlockQ6_K* w, const BlockQ8_0* a) {
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * g), _mm256_set1_epi8(3));
       c[j] = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
     }
-    const __m256 d = _mm256_set1_ps(h2f(x.d));
-    split_halves(_mm256_cvtepi8_epi16(load128(x.scales)), ps.d0, ps.d1);
-    ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);
+    split_halves(_mm256_cvtepi8_epi16(load128(x.scales)), h2f(x.d), ps.d0, ps.d1);
   });
 }
 
@@ -437,9 +436,7 @@ DF_AVX2 float dot_q3_k_q8_0(int64_t n, const BlockQ3_K* w, const BlockQ8_0* a) {
     }
     alignas(32) int16_t sc[16];
     for (int k = 0; k < 16; ++k) sc[k] = int16_t(q3_k_scale(k, x.scales));
-    const __m256 d = _mm256_set1_ps(h2f(x.d));
-    split_halves(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)), ps.d0, ps.d1);
-    ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);
+    split_halves(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)), h2f(x.d), ps.d0, ps.d1);
   });
 }
 
@@ -449,11 +446,10 @@ DF_AVX2 float dot_q2_k_q8_0(int64_t n, const BlockQ2_K* w, const BlockQ8_0* a) {
     for (int j = 0; j < 8; ++j)
       c[j] = _mm256_and_si256(_mm256_srli_epi16(load256(x.qs + 32 * (j / 4)), 2 * (j % 4)), _mm256_set1_epi8(3));
     const __m256i raw = _mm256_cvtepu8_epi16(load128(x.scales));
-    const __m256 d = _mm256_set1_ps(h2f(x.d)), dmin = _mm256_set1_ps(h2f(x.dmin)), neg = _mm256_set1_ps(-0.0f);
-    split_halves(_mm256_and_si256(raw, _mm256_set1_epi16(0x0f)), ps.d0, ps.d1);
-    split_halves(_mm256_srli_epi16(raw, 4), ps.m0, ps.m1);
-    ps.d0 = _mm256_mul_ps(d, ps.d0), ps.d1 = _mm256_mul_ps(d, ps.d1);
-    ps.m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, ps.m0), neg), ps.m1 = _mm256_xor_ps(_mm256_mul_ps(dmin, ps.m1), neg);
+    split_halves(_mm256_and_si256(raw, _mm256_set1_epi16(0x0f)), h2f(x.d), ps.d0, ps.d1);
+    split_halves(_mm256_srli_epi16(raw, 4), h2f(x.dmin), ps.m0, ps.m1);
+    const __m256 neg = _mm256_set1_ps(-0.0f);
+    ps.m0 = _mm256_xor_ps(ps.m0, neg), ps.m1 = _mm256_xor_ps(ps.m1, neg);
   });
 }
 

@@ -45,21 +45,7 @@ namespace {
 // the half types, f32 otherwise; with MatmulJob::cuda_order the 256-blocks take Q8_0, the CUDA backend's.
 enum class ActFormat { kF32, kF16, kBF16, kQ8_0, kQ8_1, kQ8_K };
 
-// The types with a product in the CUDA decode order (Kernels::dot_q4_k_q8_0 and its kin).
-bool cuda_order_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q2_K:
-    case GgmlType::Q3_K:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-    case GgmlType::IQ4_XS: return true;
-    default: return false;
-  }
-}
-
-ActFormat act_format(GgmlType t, bool cuda_order = false) {
-  if (cuda_order && cuda_order_type(t)) return ActFormat::kQ8_0;
+ActFormat llama_act_format(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0:
     case GgmlType::Q5_0:
@@ -77,6 +63,13 @@ ActFormat act_format(GgmlType t, bool cuda_order = false) {
     case GgmlType::BF16: return ActFormat::kBF16;
     default: return ActFormat::kF32;
   }
+}
+
+// The types with a product in the CUDA decode order (Kernels::dot_q4_k_q8_0 and its kin): the Q8_K ones.
+bool cuda_order_type(GgmlType t) { return llama_act_format(t) == ActFormat::kQ8_K; }
+
+ActFormat act_format(GgmlType t, bool cuda_order = false) {
+  return cuda_order && cuda_order_type(t) ? ActFormat::kQ8_0 : llama_act_format(t);
 }
 
 // Bytes of one activation row converted for weights of type t.
