@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/exp_approx.h"
+#include "cpu/kernel_support.h"
 #include "diskformer/backend/cpu/dequant.h"
 #include "diskformer/backend/cpu/kernels.h"
 #include "diskformer/backend/cpu/ops.h"
@@ -17,13 +18,6 @@
 
 namespace df::cpu {
 namespace {
-
-std::vector<const Kernels*> simd_tables() {
-  std::vector<const Kernels*> out;
-  if (auto k = avx2_kernels()) out.push_back(k);
-  if (auto k = avx512_kernels()) out.push_back(k);
-  return out;
-}
 
 using test::randn;
 
@@ -35,12 +29,6 @@ std::vector<BlockQ4_0> random_q4_0(size_t blocks, uint64_t seed) {
     for (auto& q : x.qs) q = uint8_t(rng());
   }
   return b;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
 }
 
 const int64_t kSizes[] = {32, 64, 96, 256, 2048, 4096 + 32};
@@ -132,12 +120,6 @@ TEST(Kernels, QuantizedDotsMatchScalarAndReference) {
   }
 }
 
-std::vector<const Kernels*> all_tables() {
-  std::vector<const Kernels*> all = simd_tables();
-  all.push_back(&scalar_kernels());
-  return all;
-}
-
 TEST(Kernels, QuantizeQ8_1AndQ8_KMatchScalar) {
   const Kernels& s = scalar_kernels();
   for (int64_t n : {int64_t(256), int64_t(512), int64_t(4096)}) {
@@ -196,77 +178,6 @@ TEST(Kernels, Q8_KTakesItsSignFromTheFirstLargestValue) {
   EXPECT_LT(b.d, 0.0f);      // -127 / 2: codes carry the opposite sign
   EXPECT_EQ(b.qs[3], -127);
   EXPECT_EQ(b.qs[9], 127);   // 127 at most
-}
-
-// Random weights of type t: random code bytes, f16 scales small and positive (offsets of either sign).
-std::vector<uint8_t> random_weights(gguf::GgmlType t, int64_t n, uint64_t seed) {
-  using gguf::GgmlType;
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> w(gguf::row_bytes(t, uint64_t(n)));
-  for (auto& b : w) b = uint8_t(rng());
-  auto scale = [&] { return f32_to_f16(0.001f + float(rng() % 1000) * 2e-5f); };
-  auto offset = [&] { return f32_to_f16((float(rng() % 2001) - 1000.0f) * 1e-4f); };
-  auto each = [&](auto* blocks, size_t count, auto fix) {
-    for (size_t i = 0; i < count; ++i) fix(blocks[i]);
-  };
-  const size_t n32 = size_t(n / 32), n256 = size_t(n / 256);
-  switch (t) {
-    case GgmlType::Q4_0: each(reinterpret_cast<BlockQ4_0*>(w.data()), n32, [&](auto& b) { b.d = scale(); }); break;
-    case GgmlType::Q4_1:
-      each(reinterpret_cast<BlockQ4_1*>(w.data()), n32, [&](auto& b) { b.d = scale(), b.m = offset(); });
-      break;
-    case GgmlType::Q5_0: each(reinterpret_cast<BlockQ5_0*>(w.data()), n32, [&](auto& b) { b.d = scale(); }); break;
-    case GgmlType::Q5_1:
-      each(reinterpret_cast<BlockQ5_1*>(w.data()), n32, [&](auto& b) { b.d = scale(), b.m = offset(); });
-      break;
-    case GgmlType::IQ4_NL: each(reinterpret_cast<BlockIQ4_NL*>(w.data()), n32, [&](auto& b) { b.d = scale(); }); break;
-    case GgmlType::Q2_K:
-      each(reinterpret_cast<BlockQ2_K*>(w.data()), n256, [&](auto& b) { b.d = scale(), b.dmin = scale(); });
-      break;
-    case GgmlType::Q3_K: each(reinterpret_cast<BlockQ3_K*>(w.data()), n256, [&](auto& b) { b.d = scale(); }); break;
-    case GgmlType::Q4_K:
-      each(reinterpret_cast<BlockQ4_K*>(w.data()), n256, [&](auto& b) { b.d = scale(), b.dmin = scale(); });
-      break;
-    case GgmlType::Q5_K:
-      each(reinterpret_cast<BlockQ5_K*>(w.data()), n256, [&](auto& b) { b.d = scale(), b.dmin = scale(); });
-      break;
-    case GgmlType::Q6_K: each(reinterpret_cast<BlockQ6_K*>(w.data()), n256, [&](auto& b) { b.d = scale(); }); break;
-    case GgmlType::IQ4_XS: each(reinterpret_cast<BlockIQ4_XS*>(w.data()), n256, [&](auto& b) { b.d = scale(); }); break;
-    default: ADD_FAILURE() << "no random weights for " << gguf::type_name(t);
-  }
-  return w;
-}
-
-// A quantized activation row of n values for weights of type t, and its dequantized values.
-struct Act {
-  std::vector<uint8_t> bytes;
-  std::vector<double> values;
-  std::vector<float> block_sums;  // Q8_1: the f16 block sums s the offsets multiply (rounded, so a looser bound)
-};
-Act quantize_for(gguf::GgmlType t, const std::vector<float>& x) {
-  using gguf::GgmlType;
-  const Kernels& s = scalar_kernels();
-  const int64_t n = int64_t(x.size());
-  Act a;
-  a.values.resize(x.size());
-  if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) {
-    std::vector<BlockQ8_1> b(size_t(n / 32));
-    s.quantize_q8_1(x.data(), b.data(), n);
-    for (int64_t i = 0; i < n; ++i) a.values[size_t(i)] = double(b[size_t(i / 32)].qs[i % 32]) * f16_to_f32(b[size_t(i / 32)].d);
-    for (const auto& blk : b) a.block_sums.push_back(f16_to_f32(blk.s));
-    a.bytes.assign(reinterpret_cast<uint8_t*>(b.data()), reinterpret_cast<uint8_t*>(b.data() + b.size()));
-  } else if (gguf::type_info(t)->block_elems == 256) {
-    std::vector<BlockQ8_K> b(size_t(n / 256));
-    s.quantize_q8_k(x.data(), b.data(), n);
-    for (int64_t i = 0; i < n; ++i) a.values[size_t(i)] = double(b[size_t(i / 256)].qs[i % 256]) * b[size_t(i / 256)].d;
-    a.bytes.assign(reinterpret_cast<uint8_t*>(b.data()), reinterpret_cast<uint8_t*>(b.data() + b.size()));
-  } else {
-    std::vector<BlockQ8_0> b(size_t(n / 32));
-    s.quantize_q8_0(x.data(), b.data(), n);
-    for (int64_t i = 0; i < n; ++i) a.values[size_t(i)] = double(b[size_t(i / 32)].qs[i % 32]) * f16_to_f32(b[size_t(i / 32)].d);
-    a.bytes.assign(reinterpret_cast<uint8_t*>(b.data()), reinterpret_cast<uint8_t*>(b.data() + b.size()));
-  }
-  return a;
 }
 
 // One table's dot product of a weight row of type t against an activation row (x8: the interleaved order).
@@ -438,49 +349,6 @@ TEST(Kernels, EightRowInterleavedQ4_0DotsEqualSingleOnes) {
                 << k->name << " n=" << n << " nt=" << nt << " row " << i << " act " << t;
       }
   }
-}
-
-// The 256-element types' products in the CUDA decode order (Kernels::dot_q4_k_q8_0 and its kin), by type.
-const gguf::GgmlType kCudaOrderTypes[] = {gguf::GgmlType::Q2_K, gguf::GgmlType::Q3_K, gguf::GgmlType::Q4_K,
-                                          gguf::GgmlType::Q5_K, gguf::GgmlType::Q6_K, gguf::GgmlType::IQ4_XS};
-float cuda_order_dot(const Kernels& k, gguf::GgmlType t, int64_t n, const uint8_t* w, const BlockQ8_0* a) {
-  using gguf::GgmlType;
-  switch (t) {
-    case GgmlType::Q2_K: return k.dot_q2_k_q8_0(n, reinterpret_cast<const BlockQ2_K*>(w), a);
-    case GgmlType::Q3_K: return k.dot_q3_k_q8_0(n, reinterpret_cast<const BlockQ3_K*>(w), a);
-    case GgmlType::Q4_K: return k.dot_q4_k_q8_0(n, reinterpret_cast<const BlockQ4_K*>(w), a);
-    case GgmlType::Q5_K: return k.dot_q5_k_q8_0(n, reinterpret_cast<const BlockQ5_K*>(w), a);
-    case GgmlType::Q6_K: return k.dot_q6_k_q8_0(n, reinterpret_cast<const BlockQ6_K*>(w), a);
-    default: return k.dot_iq4_xs_q8_0(n, reinterpret_cast<const BlockIQ4_XS*>(w), a);
-  }
-}
-
-TEST(Kernels, KQuantRowsAgainstQ8_0BlocksInTheGpuDecodeOrder) {
-  // The 256-element types against Q8_0 activations as the CUDA decode products compute them (a GPU run's CPU share
-  // of its experts): the scalar table against the dequantized weights and activations in double (a wrong code,
-  // scale or offset moves a term by far more than the f32 roundings do), and every table bit for bit the scalar
-  // one. 3 super-blocks leave most of the 32 lanes empty, 9 wrap around them.
-  using gguf::GgmlType;
-  const auto dot = cuda_order_dot;
-  for (GgmlType type : kCudaOrderTypes)
-    for (int64_t n : {int64_t(256), int64_t(256 * 3), int64_t(256 * 9)})
-      for (uint64_t seed : {uint64_t(1), uint64_t(2)}) {
-        const auto w = random_weights(type, n, 70 + seed);
-        const Act a = quantize_for(GgmlType::Q8_0, randn(size_t(n), 80 + seed));
-        const auto* ab = reinterpret_cast<const BlockQ8_0*>(a.bytes.data());
-        std::vector<float> wf(static_cast<size_t>(n));
-        dequantize_row(type, w.data(), n, wf.data());
-        double want = 0, mag = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          want += double(wf[size_t(i)]) * a.values[size_t(i)];
-          mag += std::fabs(double(wf[size_t(i)]) * a.values[size_t(i)]);
-        }
-        const float got = dot(scalar_kernels(), type, n, w.data(), ab);
-        EXPECT_NEAR(got, want, 1e-5 * mag + 1e-6) << gguf::type_name(type) << " n=" << n;
-        for (const Kernels* k : all_tables())
-          EXPECT_EQ(bits(dot(*k, type, n, w.data(), ab)), bits(got))
-              << k->name << " " << gguf::type_name(type) << " n=" << n;
-      }
 }
 
 TEST(Kernels, KQuantRowsAgainstSeveralActivationsEqualOneByOne) {
@@ -808,32 +676,6 @@ TEST(Ops, MatmulIsIndependentOfThreadsAndBatch) {
   for (int t = 0; t < 6; ++t) {
     matmul(c1, w, x.data() + t * 128, 1, one.data());
     EXPECT_EQ(std::vector<float>(y1.begin() + t * 48, y1.begin() + (t + 1) * 48), one) << "token " << t;
-  }
-}
-
-TEST(Ops, MatmulInTheCudaOrderTakesQ8_0ActivationsForTheSuperBlockTypes) {
-  // MatmulJob::cuda_order (a GPU run's CPU share): each 256-element type's rows against Q8_0 activations in the CUDA
-  // decode order, 16 rows (Q4_K's interleaved order is not taken) over three threads, for one and two tokens.
-  ThreadPool pool(3);
-  Context ctx;
-  ctx.pool = &pool;
-  for (const gguf::GgmlType t : kCudaOrderTypes) {
-    const int64_t cols = 512, rows = 16, n_tok = 2;
-    const auto data = random_weights(t, cols * rows, 90 + uint64_t(t));
-    const model::Mat w{t, data.data(), cols, rows, gguf::row_bytes(t, uint64_t(cols))};
-    const auto x = randn(size_t(n_tok * cols), 91);
-    std::vector<float> y(size_t(n_tok * rows));
-    const MatmulJob job{&w, x.data(), n_tok, y.data(), /*per_row=*/true, /*cuda_order=*/true};
-    matmul_many(ctx, std::span<const MatmulJob>(&job, 1));
-    for (int64_t tok = 0; tok < n_tok; ++tok) {
-      const Act a =
-          quantize_for(gguf::GgmlType::Q8_0, std::vector<float>(x.begin() + tok * cols, x.begin() + (tok + 1) * cols));
-      const auto* ab = reinterpret_cast<const BlockQ8_0*>(a.bytes.data());
-      for (int64_t r = 0; r < rows; ++r)
-        ASSERT_EQ(bits(y[size_t(tok * rows + r)]), bits(cuda_order_dot(scalar_kernels(), t, cols, w.row(r), ab)))
-            << gguf::type_name(t) << " token " << tok << " row " << r;
-    }
-    EXPECT_TRUE(rounds_as_cuda_decode(t)) << gguf::type_name(t);
   }
 }
 
