@@ -11,8 +11,10 @@
 //   count is fixed at launch from n_ctx (a captured decode graph replays with new positions); each block finds its
 //   own range from pos[t] on the device, and parts past the sequence exit at once. With one part the block writes
 //   the output itself (batches too large for the workspace at head dims the tensor-core kernel does not take). A
-//   sliding window starts the range at pos[t] - window + 1. Built for heads of up to 256 and of up to 512 (gemma4's
-//   full layers, whose tiles take dynamic shared memory past the default 48 KiB).
+//   sliding window starts the range at pos[t] - window + 1. Built for heads of up to 128, 256 and 512 (gemma4's
+//   full layers, whose tiles take dynamic shared memory past the default 48 KiB). Tiles reach shared memory by
+//   asynchronous copies; the first tile's rows from earlier passes are fetched before the kernel before has
+//   finished.
 // - mma (prefill, flash-attention 2 style): a block per 64 rows (token, query head of one GQA group), so the keys and
 //   values staged in shared memory serve every head of the group; Q·Kᵀ and P·V on tensor cores (mma.sync m16n8k16,
 //   f16 inputs, f32 accumulation) with the probabilities rounded to f16 for P·V. Tiles past the block's last position
@@ -59,6 +61,14 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b, float s) {
   return s;
 }
 
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80 and later), and the
+// wait for all of this thread's such copies.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void copies_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 struct SplitParams {
   const float* q;
   const uint16_t* k;
@@ -89,7 +99,7 @@ constexpr size_t split_smem() {
 template <int MH>
 __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
   dev::allow_next();
-  dev::wait_prior();
+  // Positions are the host's, copied in before the pass (never a kernel's output): read before wait_prior.
   const int c = blockIdx.x;
   const int g = blockIdx.y / p.n_hsub, hs = blockIdx.y % p.n_hsub;
   const int64_t t = blockIdx.z;
@@ -113,6 +123,34 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
   __shared__ float alpha_sh[kHeadsPerBlock], m_sh[kHeadsPerBlock], l_sh[kHeadsPerBlock];
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int64_t kv_k = int64_t(p.n_head_kv) * hk, kv_v = int64_t(p.n_head_kv) * hv;
+  const uint16_t* kb = p.k + int64_t(g) * hk;
+  const uint16_t* vb = p.v + int64_t(g) * hv;
+  const int k8 = hk / 8, v8 = hv / 8;
+  // Rows [from, to) of the tile at j0 into k_sh / v_sh, as asynchronous copies (copies_wait() before the barrier
+  // that publishes them). Rows from n_c up to kTile stay stale: their scores are masked and the value loop stops
+  // at n_c.
+  auto fetch = [&](int64_t j0, int from, int to) {
+    for (int i = tid; i < (to - from) * k8; i += kThreads) {
+      const int j = from + i / k8, c8 = i % k8;
+      copy16_async(k_sh + j * ks + c8 * 8, kb + (j0 + j) * kv_k + c8 * 8);
+    }
+    for (int i = tid; i < (to - from) * v8; i += kThreads) {
+      const int j = from + i / v8, c8 = i % v8;
+      copy16_async(v_sh + j * vs + c8 * 8, vb + (j0 + j) * kv_v + c8 * 8);
+    }
+  };
+  // The first tile's rows below every position of this launch's tokens were stored by earlier passes: they are
+  // fetched while the kernel before finishes (a decode step's part often has one tile, and this hides its memory
+  // round trip); rows from there on are this pass's (the kernel before stores them, or an earlier layer whose cache
+  // this one reads) and come after wait_prior.
+  int64_t stored = last;
+  for (int64_t u = 0; u < gridDim.z; ++u) stored = min(stored, int64_t(p.pos[u]));
+  const int n_c0 = int(min(int64_t(kTile), j_end - j_begin));
+  const int early = int(max(int64_t(0), min(int64_t(n_c0), stored - j_begin)));
+  fetch(j_begin, 0, early);
+  dev::wait_prior();
+  fetch(j_begin, early, n_c0);
   // The block's heads are consecutive rows of q, 16-byte aligned (hk is a multiple of 8). A thread's quads are all
   // loaded before any is stored: one round trip to the L2, not one per quad (which took most of a decode step's
   // attention time).
@@ -145,25 +183,14 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
 #pragma unroll
     for (int d = 0; d < kDims; ++d) acc[hh][d] = 0.0f;
 
-  const int64_t kv_k = int64_t(p.n_head_kv) * hk, kv_v = int64_t(p.n_head_kv) * hv;
-  const uint16_t* kb = p.k + int64_t(g) * hk;
-  const uint16_t* vb = p.v + int64_t(g) * hv;
-  const int k8 = hk / 8, v8 = hv / 8;
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kTile) {
     const int n_c = int(min(int64_t(kTile), j_end - j0));
-    __syncthreads();  // q_sh written; the previous tile's k_sh, v_sh, p_sh, alpha_sh consumed
-    // Rows n_c .. kTile stay stale: their scores are masked below and the value loop stops at n_c.
-    for (int i = tid; i < n_c * k8; i += kThreads) {
-      const int j = i / k8, c8 = i % k8;
-      *reinterpret_cast<uint4*>(k_sh + j * ks + c8 * 8) =
-          __ldg(reinterpret_cast<const uint4*>(kb + (j0 + j) * kv_k) + c8);
+    if (j0 != j_begin) {
+      __syncthreads();  // the previous tile's k_sh, v_sh, p_sh, alpha_sh consumed
+      fetch(j0, 0, n_c);
     }
-    for (int i = tid; i < n_c * v8; i += kThreads) {
-      const int j = i / v8, c8 = i % v8;
-      *reinterpret_cast<uint4*>(v_sh + j * vs + c8 * 8) =
-          __ldg(reinterpret_cast<const uint4*>(vb + (j0 + j) * kv_v) + c8);
-    }
-    __syncthreads();
+    copies_wait();
+    __syncthreads();  // q_sh and the tile written
 
     float s[kWarpHeads];
 #pragma unroll
@@ -516,7 +543,10 @@ void attention(const AttentionArgs& a) {
   const SplitParams p{a.q,          a.k,         a.v,          a.out,   a.work, a.pos,  a.n_head,
                       a.n_head_kv, a.head_dim_k, a.head_dim_v, n_split, n_hsub, a.scale, a.window};
   const dim3 grid(unsigned(n_split), unsigned(a.n_head_kv * n_hsub), unsigned(a.n_tok));
-  if (std::max(a.head_dim_k, a.head_dim_v) <= 256) {
+  // The smallest build that holds the heads: half the shared memory and registers of the next for heads of 128.
+  if (std::max(a.head_dim_k, a.head_dim_v) <= 128) {
+    launch_early(split_kernel<128>, grid, kThreads, split_smem<128>(), a.stream, p);
+  } else if (std::max(a.head_dim_k, a.head_dim_v) <= 256) {
     launch_early(split_kernel<256>, grid, kThreads, split_smem<256>(), a.stream, p);
   } else {
     // Past the 48 KiB a launch gets by default (once per process: the device is the same for every session).
