@@ -20,6 +20,9 @@ namespace {
 // F16C conversions (the portable ones in numeric.h compile to library calls).
 DF_AVX512 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 DF_AVX512 inline uint16_t f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+DF_AVX512 inline __m512 load_f16x16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 
 DF_AVX512 inline __m256i nibbles_q4_0(const uint8_t* qs) {  // elements 0..31 as unsigned 0..15
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -189,32 +192,57 @@ DF_AVX512 inline void dot8_x8(int64_t n, const BlockQ4_0* const w[8], const Bloc
 // dot_f16_single of up to eight keys side by side. The AVX2 order keeps four 8-lane accumulators a key, for elements
 // 32i + 8j .. +7 (j = 0..3), and ends (acc0 + acc2) + (acc1 + acc3); here one 16-lane register holds acc0 and acc1,
 // another acc2 and acc3, so the same multiply-adds run lane for lane and (acc01 + acc23) then its halves' sum is the
-// same ending. The query is widened once.
+// same ending. The query is widened in registers at each step (a stack copy of it, and the key loops left rolled,
+// cost more than the products at 128-element heads), and the lanes are summed in registers.
 template <int K>
 DF_AVX512 inline void f16_single_keys(int64_t n, const uint16_t* k, int64_t stride, const uint16_t* a, float* out) {
-  alignas(64) float q[1024];
   const int64_t whole = n / 32 * 32;
-  for (int64_t i = 0; i < whole; i += 16)
-    _mm512_store_ps(q + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))));
   __m512 lo[K], hi[K];
+#pragma GCC unroll 8
   for (int j = 0; j < K; ++j) lo[j] = hi[j] = _mm512_setzero_ps();
   for (int64_t i = 0; i < whole; i += 32) {
-    const __m512 qa = _mm512_load_ps(q + i), qb = _mm512_load_ps(q + i + 16);
+    const __m512 qa = load_f16x16(a + i), qb = load_f16x16(a + i + 16);
+#pragma GCC unroll 8
     for (int j = 0; j < K; ++j) {
       const uint16_t* kj = k + j * stride + i;
-      lo[j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kj))), qa, lo[j]);
-      hi[j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kj + 16))), qb, hi[j]);
+      lo[j] = _mm512_fmadd_ps(load_f16x16(kj), qa, lo[j]);
+      hi[j] = _mm512_fmadd_ps(load_f16x16(kj + 16), qb, hi[j]);
     }
   }
+#pragma GCC unroll 8
   for (int j = 0; j < K; ++j) {
+    // Lanes l[0..7] of the AVX2 ending, then ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) in float.
     const __m512 s = _mm512_add_ps(lo[j], hi[j]);
-    alignas(32) float l[8];
-    _mm256_store_ps(l, _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1))));
-    double sum = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));  // the AVX2 table's lane sum
+    const __m256 l = _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    const __m128 x = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));
+    const __m128 p = _mm_add_ps(x, _mm_movehdup_ps(x));
+    const float lanes = _mm_cvtss_f32(p) + _mm_cvtss_f32(_mm_movehl_ps(p, p));
+    double sum = lanes;
     const uint16_t* kj = k + j * stride;
     for (int64_t i = whole; i < n; ++i) sum += double(h2f(kj[i]) * h2f(a[i]));
     out[j] = float(sum);
   }
+}
+
+// y = f16(fma(x, v, y)) and y = f16(y * v) element by element, as the AVX2 and scalar tables round them.
+DF_AVX512 void mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
+  const __m512 vv = _mm512_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 r = _mm512_fmadd_ps(load_f16x16(x + i), vv, load_f16x16(y + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = f2h(std::fma(h2f(x[i]), v, h2f(y[i])));
+}
+
+DF_AVX512 void scale_f16(int64_t n, uint16_t* y, float v) {
+  const __m512 vv = _mm512_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 r = _mm512_mul_ps(load_f16x16(y + i), vv);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = f2h(h2f(y[i]) * v);
 }
 
 DF_AVX512 void dot_f16_single_keys(int n_keys, int64_t n, const uint16_t* k, int64_t stride, const uint16_t* a,
@@ -276,6 +304,8 @@ const Kernels* avx512_kernels() {
     k.dot_q4_0_q8_0_x8 = dot_q4_0_q8_0_x8;
     k.dot8_q4_0_q8_0_x8 = dot8_q4_0_q8_0_x8;
     k.dot_f16_single_keys = dot_f16_single_keys;
+    k.mad_f16 = mad_f16;
+    k.scale_f16 = scale_f16;
     k.dot_q2_k_q8_k = avx512::dot_q2_k_q8_k;
     k.dot_q3_k_q8_k = avx512::dot_q3_k_q8_k;
     k.dot_q4_k_q8_k = avx512::dot_q4_k_q8_k;
