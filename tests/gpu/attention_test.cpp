@@ -211,6 +211,13 @@ std::vector<AttnCase> attention_cases() {
   v.push_back({8, 2, 128, 128, 999, 1, 8.0f});
   v.push_back({8, 2, 128, 128, 999, 1, 2.0f, false});
   v.push_back({32, 4, 128, 128, 64, 1, 2.0f, true, 4000});
+  // Groups the warp-split kernel pads to 8 and 4 heads, and its sliding windows (decode and a small batch).
+  v.push_back({12, 2, 128, 128, 999, 1});
+  v.push_back({6, 2, 64, 64, 999, 1});
+  for (int64_t window : {1, 64}) {
+    v.push_back({16, 2, 128, 128, 2000, 1, 2.0f, true, 37, window});
+    v.push_back({16, 2, 128, 128, 1500, 9, 2.0f, true, 37, window});
+  }
   // Small batches (split kernel): from position 0 and after a prefix.
   for (int64_t n_tok : {2, 5, 16}) {
     v.push_back({8, 2, 128, 128, 0, n_tok});

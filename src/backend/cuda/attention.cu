@@ -3,7 +3,7 @@
 // rounds its value accumulator to f16 after every position. tests/gpu/attention_test.cpp states the tolerances
 // against the CPU reference and against an exact evaluation in double.
 //
-// Two kernels:
+// Three kernels:
 // - split (flash decoding, CUDA cores): a block per (token, KV head, part of the positions) serves up to 16 query
 //   heads of the KV head's group from one read of the keys and values, in tiles of 32 positions (a lane per
 //   position while scoring). Decode and small batches cut the positions into parts so that every SM has blocks;
@@ -15,6 +15,9 @@
 //   full layers, whose tiles take dynamic shared memory past the default 48 KiB). Tiles reach shared memory by
 //   asynchronous copies; the first tile's rows from earlier passes are fetched before the kernel before has
 //   finished.
+// - warp split: the split kernel's grid and parts for the common shapes (equal head dims of 64 or 128, groups of up
+//   to 8 heads), with each warp scoring and summing its own positions from registers and the block meeting once at
+//   the end; merge_kernel combines its parts the same way.
 // - mma (prefill, flash-attention 2 style): a block per 64 rows (token, query head of one GQA group), so the keys and
 //   values staged in shared memory serve every head of the group; Q·Kᵀ and P·V on tensor cores (mma.sync m16n8k16,
 //   f16 inputs, f32 accumulation) with the probabilities rounded to f16 for P·V. Tiles past the block's last position
@@ -87,6 +90,14 @@ __device__ __forceinline__ int64_t first_key(int64_t last, int64_t window) {
   return window > 0 ? max(int64_t(0), last - window + 1) : 0;
 }
 
+// The positions below which a launch's cache rows were stored by earlier passes: those below every position of its
+// tokens (this pass stores exactly its own tokens' positions); last is one of them.
+__device__ __forceinline__ int64_t stored_before(const int32_t* pos, unsigned n_tok, int32_t last) {
+  int64_t stored = last;
+  for (unsigned u = 0; u < n_tok; ++u) stored = min(stored, int64_t(pos[u]));
+  return stored;
+}
+
 // The split kernel's shared memory for head dims up to MH: the block's queries (f16), then a tile of keys and one of
 // values, rows padded by 16 bytes.
 template <int MH>
@@ -144,8 +155,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
   // fetched while the kernel before finishes (a decode step's part often has one tile, and this hides its memory
   // round trip); rows from there on are this pass's (the kernel before stores them, or an earlier layer whose cache
   // this one reads) and come after wait_prior.
-  int64_t stored = last;
-  for (int64_t u = 0; u < gridDim.z; ++u) stored = min(stored, int64_t(p.pos[u]));
+  const int64_t stored = stored_before(p.pos, gridDim.z, last);
   const int n_c0 = int(min(int64_t(kTile), j_end - j_begin));
   const int early = int(max(int64_t(0), min(int64_t(n_c0), stored - j_begin)));
   fetch(j_begin, 0, early);
@@ -261,6 +271,215 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
       for (int d = 0; d < kDims; ++d)
         if (tid + d * kThreads < hv) w[tid + d * kThreads] = acc[hh][d];
       if (tid == 0) w[hv] = m_sh[hh], w[hv + 1] = l_sh[hh];
+    }
+  }
+}
+
+// N f16 values a lane loads in one access (N = 2 or 4), through the L2 only: rows of this pass become visible
+// at wait_prior, and the L1 must not hold an older copy of their lines.
+template <int N>
+struct Halves {
+  uint32_t u[N / 2];
+};
+template <int N>
+__device__ __forceinline__ Halves<N> load_halves(const uint16_t* p) {
+  Halves<N> h;
+  if constexpr (N == 2) {
+    h.u[0] = __ldcg(reinterpret_cast<const unsigned int*>(p));
+  } else {
+    static_assert(N == 4);
+    const uint2 x = __ldcg(reinterpret_cast<const uint2*>(p));
+    h.u[0] = x.x, h.u[1] = x.y;
+  }
+  return h;
+}
+template <int N>
+__device__ __forceinline__ void widen(const Halves<N>& h, float (&f)[N]) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const float2 x = h2_to_f2(h.u[i]);
+    f[2 * i] = x.x, f[2 * i + 1] = x.y;
+  }
+}
+
+// 2N values a lane to N: lanes with bit N of their index set keep the upper half, the others the lower, each adding
+// the partner lane's copy of its half. Five folds (N = 16 .. 1) take 32 values a lane to the sum over the warp of
+// value `lane` in lane `lane`: 31 shuffles where 32 separate warp sums take 160.
+template <int N>
+__device__ __forceinline__ void fold_half(float* v, int lane) {
+  const bool up = lane & N;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float send = up ? v[i] : v[i + N];
+    const float keep = up ? v[i + N] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, N);
+  }
+}
+
+// The decode form of the split kernel for GQA groups of up to NH (4 or 8) query heads and heads of D (64 or 128)
+// dims on both sides: grid and parts as split_kernel's (n_hsub 1), but each warp takes its own positions, R = 32 / NH
+// a round, and the block meets once, at the end. Lane l holds dims D/32 * l .. of every key, value and query row it
+// uses, loaded from global memory straight into registers (the next round's while this one computes); a round's
+// R * NH partial scores are folded so that lane l holds position l / NH, head l % NH; the softmax and the value sums
+// are the warp's own, and the warps' (max, sum, output) are combined through shared memory as merge_kernel combines
+// parts. Against split_kernel's shared tiles of 32 positions, which at a decode step's 16-position parts leave half
+// the lanes idle and pass four barriers, this is one memory round trip after wait_prior and no barrier in the loop.
+template <int D, int NH>
+__global__ void __launch_bounds__(kThreads) warp_split_kernel(const SplitParams p) {
+  dev::allow_next();
+  constexpr int R = 32 / NH, E = D / 32, kWarps = kThreads / 32;
+  // Positions are the host's, copied in before the pass (never a kernel's output): read before wait_prior.
+  const int c = blockIdx.x, g = blockIdx.y;
+  const int64_t t = blockIdx.z;
+  const int group = p.n_head / p.n_head_kv;  // <= NH
+  const int h0 = g * group;
+  const int32_t last = p.pos[t];
+  if (last < 0) __trap();  // a position the caller never set
+  const int64_t first = first_key(last, p.window), len = int64_t(last) + 1 - first;
+  const int parts = parts_of(len, p.n_split);
+  if (c >= parts) return;  // block-uniform, before the barrier
+  const int64_t j_begin = first + len * c / parts, j_end = first + len * (c + 1) / parts;
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t kv = int64_t(p.n_head_kv) * D;  // a cache row: every KV head's keys (or values)
+  const uint16_t* kb = p.k + int64_t(g) * D + E * lane;
+  const uint16_t* vb = p.v + int64_t(g) * D + E * lane;
+  // Round i of warp w: positions j_begin + (i * kWarps + w) * R + r, r < R.
+  constexpr int64_t kStep = int64_t(kWarps) * R;
+  int64_t j0 = j_begin + int64_t(warp) * R;
+  Halves<E> kr[R], vr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) kr[r] = vr[r] = Halves<E>{};
+  // Rows below every position of this launch's tokens were stored by earlier passes: loaded while the kernel before
+  // finishes; the rest (this pass's) after wait_prior.
+  const int64_t stored = stored_before(p.pos, gridDim.z, last);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (j0 + r < min(j_end, stored)) kr[r] = load_halves<E>(kb + (j0 + r) * kv), vr[r] = load_halves<E>(vb + (j0 + r) * kv);
+  dev::wait_prior();
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (j0 + r >= stored && j0 + r < j_end)
+      kr[r] = load_halves<E>(kb + (j0 + r) * kv), vr[r] = load_halves<E>(vb + (j0 + r) * kv);
+  // The query rounded to f16, as cpu::attention rounds it; heads past the group score 0 and are never stored.
+  float qf[NH][E];
+#pragma unroll
+  for (int h = 0; h < NH; ++h) {
+    float x[E];
+    if (h < group) {
+      const float* qrow = p.q + (t * p.n_head + h0 + h) * D + E * lane;
+#pragma unroll
+      for (int e = 0; e < E; e += 2) {
+        const float2 y = __ldcg(reinterpret_cast<const float2*>(qrow + e));
+        x[e] = y.x, x[e + 1] = y.y;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) x[e] = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) qf[h][e] = dev::f16_to_f32(dev::f32_to_f16(x[e]));
+  }
+
+  // Lane l's head is l % NH: its running max and sum over this warp's positions.
+  float m_h = -INFINITY, l_h = 0.0f;
+  float acc[NH][E];
+#pragma unroll
+  for (int h = 0; h < NH; ++h)
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[h][e] = 0.0f;
+  for (; j0 < j_end; j0 += kStep) {
+    const int64_t j1 = j0 + kStep;
+    Halves<E> kn[R], vn[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      kn[r] = vn[r] = Halves<E>{};
+      if (j1 + r < j_end) kn[r] = load_halves<E>(kb + (j1 + r) * kv), vn[r] = load_halves<E>(vb + (j1 + r) * kv);
+    }
+    float v[32];  // v[r * NH + h]: this lane's share of position j0 + r's score for head h
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float kf[E];
+      widen(kr[r], kf);
+#pragma unroll
+      for (int h = 0; h < NH; ++h) {
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) s = fmaf(kf[e], qf[h][e], s);
+        v[r * NH + h] = s;
+      }
+    }
+    fold_half<16>(v, lane);
+    fold_half<8>(v, lane);
+    fold_half<4>(v, lane);
+    fold_half<2>(v, lane);
+    fold_half<1>(v, lane);
+    const float sc = j0 + lane / NH < j_end ? __fmul_rn(v[0], p.scale) : -INFINITY;
+    float mx = sc;
+#pragma unroll
+    for (int o = NH; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float m_new = fmaxf(m_h, mx);  // finite: position j0 is in the part
+    const float alpha = expf(m_h - m_new);  // 0 on the first round (m_h = -inf)
+    const float pr = expf(sc - m_new);      // 0 past the part
+    float ps = pr;
+#pragma unroll
+    for (int o = NH; o < 32; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+    l_h = l_h * alpha + ps;
+    m_h = m_new;
+#pragma unroll
+    for (int h = 0; h < NH; ++h) {
+      const float a = __shfl_sync(0xffffffffu, alpha, h);
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[h][e] *= a;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (j0 + r >= j_end) break;  // warp-uniform; the rows past the part were never loaded
+      float vf[E];
+      widen(vr[r], vf);
+#pragma unroll
+      for (int h = 0; h < NH; ++h) {
+        const float pj = __shfl_sync(0xffffffffu, pr, r * NH + h);
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[h][e] = fmaf(pj, vf[e], acc[h][e]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) kr[r] = kn[r], vr[r] = vn[r];
+  }
+
+  // The warps' partials combined: a warp without positions has max -inf and weighs 0.
+  __shared__ float wm_sh[kWarps][NH], wl_sh[kWarps][NH];
+  __shared__ __align__(16) float wacc_sh[kWarps][NH][D];
+  if (lane < NH) wm_sh[warp][lane] = m_h, wl_sh[warp][lane] = l_h;
+#pragma unroll
+  for (int h = 0; h < NH; ++h) {  // one vector store a head: no bank conflicts
+    float* w = &wacc_sh[warp][h][E * lane];
+    if constexpr (E == 4)
+      *reinterpret_cast<float4*>(w) = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+    else
+      *reinterpret_cast<float2*>(w) = make_float2(acc[h][0], acc[h][1]);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * D; i += kThreads) {
+    const int hh = i / D, d = i % D;
+    float mw = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mw = fmaxf(mw, wm_sh[w][hh]);
+    float o = 0.0f, l = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float e = expf(wm_sh[w][hh] - mw);
+      o = fmaf(wacc_sh[w][hh][d], e, o);
+      l = fmaf(wl_sh[w][hh], e, l);
+    }
+    const int64_t row = t * p.n_head + h0 + hh;
+    if (p.n_split == 1) {
+      p.out[row * D + d] = o * (l > 0.0f ? 1.0f / l : 0.0f);
+    } else {
+      float* wk = p.work + (row * p.n_split + c) * (D + 2);
+      wk[d] = o;
+      if (d == 0) wk[D] = mw, wk[D + 1] = l;
     }
   }
 }
@@ -511,6 +730,18 @@ bool launch_mma_if_built(const AttentionArgs& a) {
   }
 }
 
+// The warp-split kernel for the head dims and group sizes it is built for (false: the split kernel takes them).
+bool launch_warp_split_if_built(const AttentionArgs& a, dim3 grid, const SplitParams& p) {
+  const int group = a.n_head / a.n_head_kv;
+  if (a.head_dim_k != a.head_dim_v || group > 8) return false;
+  const bool wide = group > 4;
+  switch (a.head_dim_k) {
+    case 64: launch_early(wide ? warp_split_kernel<64, 8> : warp_split_kernel<64, 4>, grid, kThreads, 0, a.stream, p); return true;
+    case 128: launch_early(wide ? warp_split_kernel<128, 8> : warp_split_kernel<128, 4>, grid, kThreads, 0, a.stream, p); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 void attention(const AttentionArgs& a) {
@@ -543,20 +774,22 @@ void attention(const AttentionArgs& a) {
   const SplitParams p{a.q,          a.k,         a.v,          a.out,   a.work, a.pos,  a.n_head,
                       a.n_head_kv, a.head_dim_k, a.head_dim_v, n_split, n_hsub, a.scale, a.window};
   const dim3 grid(unsigned(n_split), unsigned(a.n_head_kv * n_hsub), unsigned(a.n_tok));
-  // The smallest build that holds the heads: half the shared memory and registers of the next for heads of 128.
-  if (std::max(a.head_dim_k, a.head_dim_v) <= 128) {
-    launch_early(split_kernel<128>, grid, kThreads, split_smem<128>(), a.stream, p);
-  } else if (std::max(a.head_dim_k, a.head_dim_v) <= 256) {
-    launch_early(split_kernel<256>, grid, kThreads, split_smem<256>(), a.stream, p);
-  } else {
-    // Past the 48 KiB a launch gets by default (once per process: the device is the same for every session).
-    static const bool allowed = [] {
-      DF_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(split_smem<512>())));
-      return true;
-    }();
-    (void)allowed;
-    launch_early(split_kernel<512>, grid, kThreads, split_smem<512>(), a.stream, p);
+  if (!launch_warp_split_if_built(a, grid, p)) {
+    // The smallest build that holds the heads: half the shared memory and registers of the next for heads of 128.
+    if (std::max(a.head_dim_k, a.head_dim_v) <= 128) {
+      launch_early(split_kernel<128>, grid, kThreads, split_smem<128>(), a.stream, p);
+    } else if (std::max(a.head_dim_k, a.head_dim_v) <= 256) {
+      launch_early(split_kernel<256>, grid, kThreads, split_smem<256>(), a.stream, p);
+    } else {
+      // Past the 48 KiB a launch gets by default (once per process: the device is the same for every session).
+      static const bool allowed = [] {
+        DF_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<512>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(split_smem<512>())));
+        return true;
+      }();
+      (void)allowed;
+      launch_early(split_kernel<512>, grid, kThreads, split_smem<512>(), a.stream, p);
+    }
   }
   if (n_split > 1)
     launch_early(merge_kernel, dim3(unsigned(a.n_head), unsigned(a.n_tok)), kThreads, 0, a.stream,
