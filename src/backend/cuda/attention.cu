@@ -90,6 +90,17 @@ __device__ __forceinline__ int64_t first_key(int64_t last, int64_t window) {
   return window > 0 ? max(int64_t(0), last - window + 1) : 0;
 }
 
+// Positions [begin, end) of part c of a sequence whose last position is `last`; false where the sequence has fewer
+// parts than c + 1. The cut is balanced: every part non-empty because parts <= len.
+__device__ __forceinline__ bool part_range(const SplitParams& p, int c, int32_t last, int64_t& begin, int64_t& end) {
+  if (last < 0) __trap();  // a position the caller never set
+  const int64_t first = first_key(last, p.window), len = int64_t(last) + 1 - first;
+  const int parts = parts_of(len, p.n_split);
+  if (c >= parts) return false;
+  begin = first + len * c / parts, end = first + len * (c + 1) / parts;
+  return true;
+}
+
 // The positions below which a launch's cache rows were stored by earlier passes: those below every position of its
 // tokens (this pass stores exactly its own tokens' positions); last is one of them.
 __device__ __forceinline__ int64_t stored_before(const int32_t* pos, unsigned n_tok, int32_t last) {
@@ -118,12 +129,8 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitParams p) {
   const int h0 = g * group + hs * kHeadsPerBlock;
   const int nh = min(kHeadsPerBlock, group - hs * kHeadsPerBlock);
   const int32_t last = p.pos[t];
-  if (last < 0) __trap();  // a position the caller never set
-  const int64_t first = first_key(last, p.window), len = int64_t(last) + 1 - first;
-  const int parts = parts_of(len, p.n_split);
-  if (c >= parts) return;  // block-uniform, before any barrier
-  // Balanced cut: every part non-empty because parts <= len.
-  const int64_t j_begin = first + len * c / parts, j_end = first + len * (c + 1) / parts;
+  int64_t j_begin, j_end;
+  if (!part_range(p, c, last, j_begin, j_end)) return;  // block-uniform, before any barrier
 
   const int hk = p.hk, hv = p.hv, ks = hk + 8, vs = hv + 8;  // row strides padded by 16 bytes: no bank conflicts
   extern __shared__ __align__(16) uint16_t split_sh[];
@@ -334,11 +341,8 @@ __global__ void __launch_bounds__(kThreads) warp_split_kernel(const SplitParams 
   const int group = p.n_head / p.n_head_kv;  // <= NH
   const int h0 = g * group;
   const int32_t last = p.pos[t];
-  if (last < 0) __trap();  // a position the caller never set
-  const int64_t first = first_key(last, p.window), len = int64_t(last) + 1 - first;
-  const int parts = parts_of(len, p.n_split);
-  if (c >= parts) return;  // block-uniform, before the barrier
-  const int64_t j_begin = first + len * c / parts, j_end = first + len * (c + 1) / parts;
+  int64_t j_begin, j_end;
+  if (!part_range(p, c, last, j_begin, j_end)) return;  // block-uniform, before the barrier
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t kv = int64_t(p.n_head_kv) * D;  // a cache row: every KV head's keys (or values)
