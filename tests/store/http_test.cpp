@@ -136,9 +136,13 @@ TEST_F(Http, FileChangedBetweenRunsStartsOver) {
     pid_t pid = test::spawn_cli({"ingest", "-m", url, "--store", dir.string(), "--limit-rate", "4M",
                                  "--checkpoint-every", "64K"},
                                 (tmp_ / "k.out").string(), (tmp_ / "k.err").string());
+    // The first run is killed after its first checkpoint, the second once it has said where it resumes (starting
+    // the CLI can take longer than any fixed wait on a slow machine).
     for (int i = 0; i < 500 && !fs::exists(dir / kProgressFile); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::this_thread::sleep_for(std::chrono::milliseconds(run == 0 ? 100 : 300));
+    for (int i = 0; run == 1 && i < 500 && test::slurp(tmp_ / "k.err").find("resuming at") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ::kill(pid, SIGKILL);
     std::string err = test::slurp(tmp_ / "k.err");
     ASSERT_EQ(test::wait_child(pid), 128 + SIGKILL) << err;
