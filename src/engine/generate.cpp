@@ -32,6 +32,13 @@ GenerateStats& GenerateStats::operator+=(const GenerateStats& o) {
   return *this;
 }
 
+sampling::SamplingParams with_eog_banned(sampling::SamplingParams params, uint32_t n_vocab,
+                                         const std::function<bool(int32_t)>& is_eog) {
+  for (uint32_t id = 0; id < n_vocab; ++id)
+    if (is_eog(int32_t(id))) params.banned.push_back(int32_t(id));
+  return params;
+}
+
 Result<GenerateStats> generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& o,
                                const GenerateHooks& hooks, std::vector<int32_t>& history) {
   GenerateStats st;
@@ -40,10 +47,8 @@ Result<GenerateStats> generate(Session& session, std::span<const int32_t> prompt
     return Error{"context overflow: the prompt has " + std::to_string(prompt.size()) + " tokens after " +
                  std::to_string(session.n_past()) + " cached positions, the context size is " +
                  std::to_string(session.n_ctx()) + " (-c)"};
-  sampling::SamplingParams params = o.sampling;
-  if (o.ignore_eos && hooks.is_eog)
-    for (uint32_t id = 0; id < session.n_vocab(); ++id)
-      if (hooks.is_eog(int32_t(id))) params.banned.push_back(int32_t(id));
+  const sampling::SamplingParams params =
+      o.ignore_eos && hooks.is_eog ? with_eog_banned(o.sampling, session.n_vocab(), hooks.is_eog) : o.sampling;
 
   auto t0 = std::chrono::steady_clock::now();
   DF_TRY(session.eval(prompt));

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "diskformer/engine/batch.h"
+#include "diskformer/engine/generate.h"
 #include "diskformer/engine/prefix_reuse.h"
 #include "diskformer/sampling/logprobs.h"
 #include "server/stop_strings.h"
@@ -161,7 +162,10 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
   s.steps = plan.steps;
   s.step = 0;
   s.history = p.prompt;
-  s.sampler.emplace(p.sampling);
+  // As run's --ignore-eos: end-of-generation tokens are never chosen, not merely chosen and passed over.
+  s.sampler.emplace(p.ignore_eos ? engine::with_eog_banned(p.sampling, s.session.n_vocab(),
+                                                           [this](int32_t id) { return tok_.is_eog(id); })
+                                 : p.sampling);
   s.decoder.emplace(tok_);
   s.stop.emplace(p.stop);
   s.pending = -1;

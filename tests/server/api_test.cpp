@@ -17,6 +17,7 @@
 #include "server/serve_process.h"
 #include "store/store_test_util.h"
 #include "support/sessions.h"
+#include "support/tiny_model.h"
 
 namespace df::test {
 namespace {
@@ -289,6 +290,83 @@ TEST(Api, SeededSamplingIsReproducibleAndEqualsRun) {
                                                        "0.9", "--seed", "42"});
   ASSERT_EQ(ran.code, 0) << ran.err;
   EXPECT_EQ(content_of(a, false), as_json_text(ran.out));
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
+// Each sampling option the API takes reaches the sampler as run's flag does: with it the seeded reply is run's with
+// that flag, and the flag changes run's reply (so a server that dropped it would print the plain one).
+TEST(Api, EverySamplingOptionActsAsRunsFlag) {
+  if (!std::filesystem::exists(kjv_model())) GTEST_SKIP() << "missing " << kjv_model();
+  ServeProcess srv({"-m", kjv_model().string(), "-t", "2"});
+  DF_REQUIRE_SERVER(srv);
+  const std::string prompt = "And the LORD said";
+  const std::vector<std::string> base = {"-m", kjv_model().string(), "-t", "2", "-n", "24", "--temp", "1.2", "--seed", "7"};
+  const CliOutput plain = run_cli_prompt(prompt, base);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const struct {
+    const char* field;
+    json value;
+    const char* flag;
+  } options[] = {{"top_k", 3, "--top-k"},
+                 {"top_p", 0.3, "--top-p"},
+                 {"min_p", 0.3, "--min-p"},
+                 {"repeat_penalty", 3.0, "--repeat-penalty"}};
+  for (const auto& o : options) {
+    std::vector<std::string> args = base;
+    args.push_back(o.flag);
+    args.push_back(o.value.dump());
+    const CliOutput ran = run_cli_prompt(prompt, args);
+    ASSERT_EQ(ran.code, 0) << ran.err;
+    ASSERT_NE(ran.out, plain.out) << o.flag << " changes nothing here: the check would prove nothing";
+    const HttpResponse r = post_json(srv.port(), "/v1/completions",
+                                     {{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 1.2}, {"seed", 7},
+                                      {o.field, o.value}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(content_of(r, false), as_json_text(ran.out)) << o.field;
+  }
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
+// ignore_eos as run's --ignore-eos (llama.cpp's): end-of-generation tokens are never chosen. The model is made so that
+// its first greedy token is its EOS (a tiny model, written again with that token as its EOS): without ignore_eos the
+// reply is empty; with it the reply is run's, greedy and sampled, not the EOS printed and gone past.
+TEST(Api, IgnoreEosNeverChoosesTheEndOfGeneration) {
+  DF_REQUIRE_SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");
+  const auto dir = temp_dir("serve_ignore_eos");
+  const std::string path = (dir / "m.gguf").string();
+  const std::string prompt = "The quick brown fox";
+  TinyModel spec;
+  spec.tokenizer_from = vocab.string();
+  ASSERT_TRUE(write_tiny_model(path, spec).ok());
+  {
+    auto m = engine::Model::open(path, {.n_ctx = 256, .threads = 2});
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    auto tok = tokenizer::Tokenizer::from_gguf((*m)->file());
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    engine::Session s = new_session(**m);
+    spec.eos_id = greedy_ids(s, tok->encode(prompt, {.parse_special = true}), 1)[0];
+  }
+  ASSERT_TRUE(write_tiny_model(path, spec).ok());
+
+  ServeProcess srv({"-m", path, "-t", "2", "-c", "256"});
+  DF_REQUIRE_SERVER(srv);
+  const HttpResponse stops =
+      post_json(srv.port(), "/v1/completions", {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}});
+  ASSERT_EQ(stops.status, 200) << stops.body;
+  EXPECT_EQ(content_of(stops, false), "");
+  EXPECT_EQ(stops.json()["choices"][0]["finish_reason"], "stop");
+  for (const double temp : {0.0, 1.5}) {
+    const CliOutput ran = run_cli_prompt(prompt, {"-m", path, "-t", "2", "-c", "256", "-n", "12", "--temp",
+                                                  std::to_string(temp), "--seed", "3", "--ignore-eos"});
+    ASSERT_EQ(ran.code, 0) << ran.err;
+    ASSERT_FALSE(ran.out.empty());
+    const HttpResponse r = post_json(srv.port(), "/v1/completions",
+                                     {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", temp}, {"seed", 3},
+                                      {"ignore_eos", true}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(content_of(r, false), as_json_text(ran.out)) << "temperature " << temp;
+    EXPECT_EQ(r.json()["usage"]["completion_tokens"], 12);
+  }
   EXPECT_EQ(srv.terminate(), 0);
 }
 

@@ -51,6 +51,11 @@ struct GenerateHooks {
   std::function<bool()> stop;
 };
 
+// params with every id of [0, n_vocab) that is_eog names banned: llama.cpp's --ignore-eos, for generate and for
+// the server's slots alike.
+sampling::SamplingParams with_eog_banned(sampling::SamplingParams params, uint32_t n_vocab,
+                                         const std::function<bool(int32_t)>& is_eog);
+
 // history holds the tokens the session has seen (for the repeat penalty); the prompt and the generated tokens are
 // appended to it. With ignore_eos and is_eog, the ids of [0, n_vocab) that is_eog names are banned.
 Result<GenerateStats> generate(Session& session, std::span<const int32_t> prompt, const GenerateOptions& options,
