@@ -33,6 +33,10 @@ std::optional<engine::Backend> choose_backend(const char* command, const Args& a
     std::fprintf(stderr, "diskformer %s: --backend cuda: no CUDA device (%s)\n", command, dev.why_none.c_str());
     return std::nullopt;
   }
+  // A GPU is there but cannot run this build: say so once, rather than leave the user wondering why it sits idle.
+  if (dev.visible > 0)
+    std::fprintf(stderr, "diskformer %s: the GPU is not used (%s); running on the CPU\n", command,
+                 dev.why_none.c_str());
 #else
   if (asked) {  // model_options refuses it first; kept so that this function alone is never wrong
     std::fprintf(stderr, "diskformer %s: --backend cuda: this build has no CUDA backend (configure with %s)\n",

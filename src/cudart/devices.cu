@@ -6,6 +6,28 @@
 
 namespace df::cuda {
 
+namespace {
+__global__ void add_one_kernel(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+}
+
+#ifndef DISKFORMER_CUDA_ARCHS
+#define DISKFORMER_CUDA_ARCHS "?"
+#endif
+}  // namespace
+
+std::string unusable_reason(int sm_major, int sm_minor, bool has_image) {
+  const std::string cc = "compute capability " + std::to_string(sm_major) + "." + std::to_string(sm_minor);
+  if (sm_major < kMinSmMajor)
+    return cc + ", and diskformer's kernels need " + std::to_string(kMinSmMajor) + ".0 or later (cp.async, bf16 and "
+           "int8 tensor-core instructions)";
+  if (!has_image)
+    return cc + " has no code in this build (built for " DISKFORMER_CUDA_ARCHS "); configure with "
+           "-DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(sm_major) + std::to_string(sm_minor) + " or =native";
+  return {};
+}
+
 DeviceInfo query_devices() {
   DeviceInfo info;
   int n = 0;
@@ -15,14 +37,29 @@ DeviceInfo query_devices() {
     cudaGetLastError();  // clear the sticky error so later queries start clean
     return info;
   }
-  info.count = n;
+  info.visible = n;
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
-    info.name = prop.name;
-    info.sm_major = prop.major;
-    info.sm_minor = prop.minor;
-    info.total_bytes = prop.totalGlobalMem;
+  if ((err = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+    info.why_none = cudaGetErrorString(err);
+    cudaGetLastError();
+    return info;
   }
+  info.name = prop.name;
+  info.sm_major = prop.major;
+  info.sm_minor = prop.minor;
+  info.total_bytes = prop.totalGlobalMem;
+  // The runtime's own answer to whether a kernel of this build loads there (this file is built for the same
+  // architectures as the kernels): an older GPU, or one the build has neither machine code nor PTX for, would
+  // otherwise fail at the first launch, in the middle of a run.
+  cudaFuncAttributes attr{};
+  const bool has_image = cudaFuncGetAttributes(&attr, add_one_kernel) == cudaSuccess;
+  cudaGetLastError();
+  info.why_none = unusable_reason(prop.major, prop.minor, has_image);
+  if (!info.why_none.empty()) {
+    info.why_none = info.name + ": " + info.why_none;
+    return info;
+  }
+  info.count = n;
   return info;
 }
 
@@ -31,13 +68,6 @@ uint64_t device_memory_used() {
   DF_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   return uint64_t(total_b - free_b);
 }
-
-namespace {
-__global__ void add_one_kernel(float* x, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) x[i] += 1.0f;
-}
-}  // namespace
 
 bool selftest_add_one(float* host_values, int n, std::string* why) {
   float* dev = nullptr;

@@ -9,15 +9,23 @@
 namespace df::cuda {
 
 struct DeviceInfo {
-  int count = 0;              // visible CUDA devices; 0 where none or no driver
+  int count = 0;              // visible CUDA devices where device 0 (the one runs use) can run this build's kernels
+  int visible = 0;            // visible CUDA devices, usable or not
   std::string name;           // device 0
   int sm_major = 0, sm_minor = 0;
   uint64_t total_bytes = 0;   // device 0 memory
-  std::string why_none;       // when count == 0: the runtime's reason
+  std::string why_none;       // when count == 0: the runtime's reason, or why device 0 cannot run this build
 };
 
 // Safe to call without a driver: reports count 0 and the reason.
 DeviceInfo query_devices();
+
+// The kernels' oldest GPU generation (Ampere).
+inline constexpr int kMinSmMajor = 8;
+
+// Why a device of compute capability major.minor cannot run this build (has_image: whether the runtime found code of
+// this build it can load there), or "" where it can.
+std::string unusable_reason(int sm_major, int sm_minor, bool has_image);
 
 // Device memory in use as the driver reports it (cudaMemGetInfo: total - free; every process's allocations and
 // contexts, as nvidia-smi sums them): what --gpu-budget limits.
