@@ -1,5 +1,7 @@
 #include "diskformer/engine/session.h"
 
+#include <algorithm>
+
 #include "engine/sequence.h"
 
 namespace df::engine {
@@ -25,5 +27,17 @@ uint32_t Session::n_vocab() const { return seq_->n_vocab(); }
 void Session::truncate(uint32_t n_keep) { seq_->truncate(n_keep); }
 SessionStats Session::stats() { return seq_->stats(); }
 void Session::set_routing_stats(model::RoutingStats* r) { seq_->set_routing_stats(r); }
+
+SessionStats sessions_together(std::span<const SessionStats> each) {
+  if (each.empty()) return {};
+  SessionStats all = each.front();
+  for (const SessionStats& s : each.subspan(1)) {
+    if (all.device_bytes && s.own_device_bytes) *all.device_bytes += *s.own_device_bytes;
+    if (all.own_device_bytes && s.own_device_bytes) *all.own_device_bytes += *s.own_device_bytes;
+    if (s.device_used_peak) all.device_used_peak = std::max(all.device_used_peak.value_or(0), *s.device_used_peak);
+    all.cpu_experts += s.cpu_experts;
+  }
+  return all;
+}
 
 }  // namespace df::engine

@@ -66,7 +66,7 @@ std::string prometheus_text(const SchedulerStats& s, const std::map<std::pair<st
   w.one("diskformer_ram_used_bytes", "gauge", "Resident memory of the process.", double(c.rss_bytes));
   if (c.ram_budget) w.one("diskformer_ram_budget_bytes", "gauge", "--ram-budget.", double(*c.ram_budget));
   if (s.session.device_bytes)
-    w.one("diskformer_gpu_used_bytes", "gauge", "GPU memory the model and a session hold.",
+    w.one("diskformer_gpu_used_bytes", "gauge", "GPU memory the model and the slots' sessions hold.",
           double(*s.session.device_bytes));
   if (s.session.device_used_peak)
     w.one("diskformer_gpu_device_used_peak_bytes", "gauge", "Driver-reported use of the whole GPU, peak of samples.",

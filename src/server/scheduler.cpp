@@ -342,7 +342,9 @@ void Scheduler::snapshot(bool force) {
   if (!force && now - last_snapshot_ < kSnapshotEvery) return;
   last_snapshot_ = now;
   engine::ModelStats m = model_.stats();
-  engine::SessionStats ss = slots_.front()->session.stats();
+  std::vector<engine::SessionStats> each;
+  for (auto& s : slots_) each.push_back(s->session.stats());
+  engine::SessionStats ss = engine::sessions_together(each);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.model = std::move(m);
   stats_.session = std::move(ss);

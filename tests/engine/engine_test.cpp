@@ -4,6 +4,7 @@
 
 #include "diskformer/engine/generate.h"
 #include "diskformer/engine/model.h"
+#include "diskformer/engine/session.h"
 #include "diskformer/sampling/sampler.h"
 #include "support/tiny_model.h"
 #include "model/gold.h"
@@ -135,6 +136,25 @@ std::string open_error(const TinyModel& m, const std::string& name, engine::Mode
   if (!st.ok()) return "write failed: " + st.error().message;
   auto model = Model::open(path, o);
   return model.ok() ? std::string("opened") : model.error().message;
+}
+
+// The server's slots as one figure: the model's GPU memory once, each session's own once more.
+TEST(SessionStats, SessionsTogetherCountTheModelOnce) {
+  const engine::SessionStats a{.backend = "cuda", .device = "G", .device_bytes = 1000, .own_device_bytes = 100,
+                               .device_used_peak = 5000, .cpu_experts = 3};
+  engine::SessionStats b = a;
+  b.device_bytes = 1050;  // the same model, a larger KV cache
+  b.own_device_bytes = 150;
+  b.device_used_peak = 6000;
+  const engine::SessionStats both[] = {a, b};
+  const engine::SessionStats t = engine::sessions_together(both);
+  EXPECT_EQ(t.device_bytes, 1150u);
+  EXPECT_EQ(t.own_device_bytes, 250u);
+  EXPECT_EQ(t.device_used_peak, 6000u);
+  EXPECT_EQ(t.cpu_experts, 6u);
+  EXPECT_EQ(t.device, "G");
+  const engine::SessionStats cpu[] = {{.backend = "cpu"}, {.backend = "cpu"}};
+  EXPECT_FALSE(engine::sessions_together(cpu).device_bytes.has_value());
 }
 
 TEST(BadInput, UnsupportedArchitectureIsNamed) {

@@ -21,9 +21,14 @@ struct SessionStats {
   std::string backend;                       // "cpu" or "cuda"
   std::string device;                        // the GPU's name; empty on the CPU
   std::optional<uint64_t> device_bytes;      // GPU memory the model and this session hold
+  std::optional<uint64_t> own_device_bytes;  // the part of it that is this session's own (KV cache, state, logits)
   std::optional<uint64_t> device_used_peak;  // driver-reported use of the whole device, peak of its samples
   uint64_t cpu_experts = 0;                  // streamed experts the CPU computed instead of the GPU (decode)
 };
+
+// The sessions of one model together (the server's slots): the model's GPU memory once and every session's own, the
+// highest peak, the experts all of them computed on the CPU. Backend and device are the first's.
+SessionStats sessions_together(std::span<const SessionStats> each);
 
 class Sequence;  // a backend's sequence (engine/sequence.h)
 class Session;

@@ -275,6 +275,7 @@ SessionStats CudaSequence::stats() {
   return {.backend = "cuda",
           .device = b_.device_name(),
           .device_bytes = b_.device_bytes() + s_->device_bytes() + sampler_.device_bytes(),
+          .own_device_bytes = s_->device_bytes() + sampler_.device_bytes(),
           .device_used_peak = used_peak_,
           .cpu_experts = s_->cpu_experts_computed()};
 }
