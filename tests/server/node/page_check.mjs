@@ -29,8 +29,9 @@ try {
   out.reply = await page.textContent('#messages .msg.assistant .content');
   out.meta = await page.textContent('#messages .msg.assistant .meta');
 
-  // The panel: filled from /metrics once a second.
-  await page.waitForFunction(() => document.getElementById('m-disk').textContent.includes('B'));
+  // The panel: filled from /metrics once a second; its decode rate (over the last seconds) counts the reply.
+  await page.waitForFunction(() => document.getElementById('m-disk').textContent.includes('B') &&
+                                   parseFloat(document.getElementById('m-decode').textContent) > 0);
   out.panel = {};
   for (const id of ['m-decode', 'm-prompt', 'm-gpu', 'm-ram', 'm-hits', 'm-disk', 'm-slots']) {
     out.panel[id] = await page.textContent('#' + id);
