@@ -370,6 +370,46 @@ TEST(Api, IgnoreEosNeverChoosesTheEndOfGeneration) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// A prompt of several batches is evaluated a batch a turn of the server's loop, between the decode steps of the
+// other slots (here a streamed reply that starts meanwhile): both replies are run's.
+TEST(Api, APromptOfSeveralBatchesBesideAStreamedReply) {
+  if (!std::filesystem::exists(kjv_model())) GTEST_SKIP() << "missing " << kjv_model();
+  ServeProcess srv({"-m", kjv_model().string(), "-t", "2", "-c", "2048", "--parallel", "2"});
+  DF_REQUIRE_SERVER(srv);
+  std::string long_prompt;
+  for (int i = 0; i < 100; ++i) long_prompt += "And God said, Let there be light: and there was light. ";
+  const std::string short_prompt = "In the beginning";
+  const std::vector<std::string> run_args = {"-m", kjv_model().string(), "-t", "2", "-c", "2048", "--temp", "0",
+                                             "--ignore-eos"};
+  auto with_n = [&](const char* n) {
+    std::vector<std::string> a = run_args;
+    a.insert(a.end(), {"-n", n});
+    return a;
+  };
+  const CliOutput long_ran = run_cli_prompt(long_prompt, with_n("16"));
+  const CliOutput short_ran = run_cli_prompt(short_prompt, with_n("64"));
+  ASSERT_EQ(long_ran.code, 0) << long_ran.err;
+  ASSERT_EQ(short_ran.code, 0) << short_ran.err;
+
+  HttpResponse long_reply;
+  std::thread long_client([&] {
+    long_reply = post_json(srv.port(), "/v1/completions",
+                           {{"prompt", long_prompt}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true}});
+  });
+  const Stream streamed = post_stream(srv.port(), "/v1/completions",
+                                      {{"prompt", short_prompt}, {"max_tokens", 64}, {"temperature", 0},
+                                       {"ignore_eos", true}, {"stream", true}});
+  long_client.join();
+  ASSERT_EQ(long_reply.status, 200) << long_reply.body;
+  EXPECT_GT(long_reply.json()["usage"]["prompt_tokens"].get<int>(), 2 * 512);  // three batches or more
+  EXPECT_EQ(content_of(long_reply, false), as_json_text(long_ran.out));
+  std::string text;
+  for (const auto& e : streamed.events)
+    if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, as_json_text(short_ran.out));
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 TEST(Api, StopStringsEndTheReplyBeforeThem) {
   if (!std::filesystem::exists(kjv_model())) GTEST_SKIP() << "missing " << kjv_model();
   ServeProcess srv({"-m", kjv_model().string(), "-t", "2"});
