@@ -298,5 +298,40 @@ TEST(Robustness, MemoryStaysBoundedUnderBadRequests) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// Replies streamed to the end and replies whose clients hang up mid-stream leave the server's memory where it was:
+// a job, its events or a connection kept after its end would grow it with every request.
+TEST(Robustness, MemoryStaysBoundedAcrossStreamsAndHangups) {
+  REQUIRE_KJV();
+  ServeProcess srv({"-m", kjv_model().string(), "-t", "2", "--parallel", "2", "--http-threads", "4"});
+  DF_REQUIRE_SERVER(srv);
+  json body = chat("Tell me of the kings of Israel.", 48);
+  body["ignore_eos"] = true;
+  body["stream"] = true;
+  auto round = [&](int requests) {
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 4; ++c)
+      clients.emplace_back([&, c] {
+        for (int i = 0; i < requests; ++i) {
+          int seen = 0;
+          const bool leave = (i + c) % 2 == 0;  // half the clients go away after their third event
+          const Stream s = post_stream(srv.port(), "/v1/chat/completions", body,
+                                       [&](const std::string&) { return !leave || ++seen < 3; });
+          EXPECT_EQ(s.status, 200);
+        }
+      });
+    for (auto& t : clients) t.join();
+  };
+  round(4);  // every thread and slot has served and lost a client once
+  const uint64_t before = srv.rss_bytes();
+  ASSERT_GT(before, 0u);
+  round(40);
+  // 160 replies of 48 tokens, 80 of them abandoned: what each kept would add up.
+  EXPECT_EQ(metric_reaching(srv.port(), "diskformer_slots_busy", 0), 0u);
+  const uint64_t after = srv.rss_bytes();
+  EXPECT_LT(after, before + (16u << 20)) << "RSS " << before << " -> " << after;
+  EXPECT_GE(metric(srv.port(), "diskformer_generations_cancelled_total"), 1u);
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 }  // namespace
 }  // namespace df::test
