@@ -128,6 +128,56 @@ TEST_P(GoldServe, GreedyRepliesAreWhatRunPrints) {
 INSTANTIATE_TEST_SUITE_P(Budgets, GoldServe, ::testing::Values("resident", "streamed"),
                          [](const auto& info) { return std::string(info.param); });
 
+// The families whose slots hold more than a KV cache (qwen35moe's recurrent DeltaNet state; gemma4's per-layer
+// embeddings and shared KV layers), two requests at a time: each reply is run's, and so is a prompt that extends the
+// one a slot has just evaluated (its cached prefix, a state copy for the hybrid model, is reused).
+class FamilyServe : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FamilyServe, ConcurrentRepliesAndReusedPrefixesAreWhatRunPrints) {
+  DF_REQUIRE_SHARED(model, std::string("models/") + GetParam() + ".gguf");
+  DF_REQUIRE_SHARED(gold, std::string("models/") + GetParam() + ".gold.json");
+  ServeProcess srv({"-m", model.string(), "-c", "512", "-t", "2", "--parallel", "2"});
+  DF_REQUIRE_SERVER(srv);
+  const std::vector<std::string> run_args = {"-m", model.string(), "-c", "512", "-t", "2", "-n", "16", "--temp", "0",
+                                             "--ignore-eos"};
+  auto complete = [&](const std::string& prompt) {
+    return post_json(srv.port(), "/v1/completions",
+                     {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true}});
+  };
+  const json g = json::parse(slurp(gold));
+  std::vector<std::string> prompts;
+  for (const auto& c : g["cases"]) prompts.push_back(c["prompt"]);
+  for (size_t i = 0; i + 1 < prompts.size(); i += 2) {
+    HttpResponse second;
+    std::thread other([&] { second = complete(prompts[i + 1]); });
+    const HttpResponse first = complete(prompts[i]);
+    other.join();
+    for (const auto& [prompt, r] : {std::pair{prompts[i], first}, std::pair{prompts[i + 1], second}}) {
+      const CliOutput ran = run_cli_prompt(prompt, run_args);
+      ASSERT_EQ(ran.code, 0) << ran.err;
+      ASSERT_EQ(r.status, 200) << r.body;
+      EXPECT_EQ(content_of(r, false), as_json_text(ran.out)) << prompt;
+    }
+  }
+  // The first prompt and its reply, and more: the slot that served it keeps that prefix.
+  const std::string longer = prompts[0] + content_of(complete(prompts[0]), false) + " and then";
+  const CliOutput ran = run_cli_prompt(longer, run_args);
+  ASSERT_EQ(ran.code, 0) << ran.err;
+  const HttpResponse r = complete(longer);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_GT(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << r.body;
+  EXPECT_EQ(content_of(r, false), as_json_text(ran.out)) << longer;
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shared, FamilyServe, ::testing::Values("qwen35moe-q8_0", "gemma4-e2b-q8_0", "gemma4-moe-q8_0"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
 // A model whose per-layer embedding table streams (gemma4 E2B under its smallest RAM budget): /metrics reports the
 // row cache's lookups and hit rate beside the other counters.
 TEST(Api, MetricsReportTheRowCache) {
