@@ -232,7 +232,7 @@ int cmd_bench(int argc, char** argv) {
                   {"store", model->files().from_store},
                   {"backend", engine::backend_name(*backend)},
                   {"gpu", on_cuda ? json(last.device) : json(nullptr)},
-                  {"gpu_budget", opt(mo->gpu.budget)},
+                  {"gpu_budget", opt(model->options().gpu.budget)},
                   {"ram_budget", opt(mo->ram_budget)},
                   {"threads", model->threads()},
                   {"parallel", np},

@@ -30,7 +30,8 @@ void add_model_options(Args& args, const ModelOptionsHelp& help) {
   args.option("--backend", "NAME", "cpu (this build has no CUDA backend)");
 #endif
   args.option("--gpu-budget", "SIZE", "on CUDA: GPU memory for the run, CUDA context included; streams experts "
-              "beyond it" + ignored);
+              "beyond it (default: all resident, or for a model larger than the GPU, the GPU's memory less 5%)" +
+              ignored);
   args.option("--cpu-experts", "auto|on|off", "with --gpu-budget on CUDA: decode computes the missed experts the CPU "
               "finishes sooner than their copies to the GPU (default auto: where the CPU rounds those experts' "
               "products as the GPU does, so the output stays the resident run's: every type, the K-quants and "

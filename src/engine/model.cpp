@@ -66,6 +66,10 @@ Result<std::unique_ptr<Model>> Model::open(const std::string& path, const ModelO
   io::HostAllocator* allocator = nullptr;
   if (o.backend == Backend::kCuda) {
     DF_ASSIGN(gpu, cuda_streams(*m->files_, m->n_ctx_, o.sessions, o.gpu));
+    if (gpu.automatic_budget) {
+      m->options_.gpu.budget = gpu.automatic_budget;
+      m->gpu_budget_automatic_ = true;
+    }
     ram_tier = ram_tier && gpu.experts;
     allocator = cuda_host_allocator();
   }

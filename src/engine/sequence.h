@@ -49,6 +49,9 @@ Result<std::unique_ptr<BackendModel>> open_cuda_backend(Model& model, model::Ten
 struct CudaStreams {
   bool experts = false;
   bool rows = false;
+  // Without --gpu-budget, a model larger than the device that has something to stream takes the budget
+  // cuda::automatic_budget gives; the run uses it as if given.
+  std::optional<uint64_t> automatic_budget;
 };
 Result<CudaStreams> cuda_streams(const ModelFiles& files, uint32_t n_ctx, uint32_t sessions, const GpuOptions& options);
 io::HostAllocator* cuda_host_allocator();

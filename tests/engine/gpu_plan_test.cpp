@@ -207,6 +207,29 @@ TEST(GpuPlan, Qwen30BShapeSlotsGrowWithTheBudget) {
   EXPECT_GE(lean.slots, standard.slots + 212 * kMiB / standard.record_bytes);
 }
 
+// Without --gpu-budget: the 30B shape (16 GiB) on GPUs of 8 to 16 GiB takes the device less 5% (at least 256 MiB),
+// and that budget plans; on a device that holds it, or for a model with nothing to stream, no budget is chosen.
+TEST(GpuPlan, AModelLargerThanTheGpuTakesItsMemoryLessAHeadroom) {
+  Bound b{qwen3_30b_header()};
+  ASSERT_NO_FATAL_FAILURE(bind(b));
+  const GpuPlan all = plan_ok(b, {.n_ctx = 4096});
+  for (const uint64_t gib : {8, 12, 16}) {
+    SCOPED_TRACE(gib);
+    const uint64_t device = gib << 30;
+    const auto budget = cuda::automatic_budget(all, device, true);
+    ASSERT_TRUE(budget.has_value());
+    EXPECT_EQ(*budget, device - std::max<uint64_t>(256 * kMiB, device / 20));
+    const GpuPlan p = plan_ok(b, {.budget = budget, .n_ctx = 4096});
+    EXPECT_TRUE(p.stream_experts);
+    EXPECT_LE(p.total_bytes(), *budget);
+  }
+  ASSERT_LT(all.total_bytes(), 24ull << 30);
+  EXPECT_EQ(cuda::automatic_budget(all, 24ull << 30, true), std::nullopt);  // a 24 GiB GPU holds it all
+  EXPECT_EQ(cuda::automatic_budget(all, 12ull << 30, false), std::nullopt);  // nothing to stream: refused instead
+  EXPECT_EQ(cuda::automatic_budget(all, 0, true), std::nullopt);             // no device size known
+  EXPECT_EQ(*cuda::automatic_budget(all, 4ull << 30, true), (4ull << 30) - 256 * kMiB);  // the least headroom
+}
+
 // Just enough for the resident part and 16 records runs with 16 slots; one byte less is refused, and the message
 // names the budget, the need and the items.
 TEST(GpuPlan, TooSmallBudgetIsRefusedWithTheNumbers) {

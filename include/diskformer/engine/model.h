@@ -97,7 +97,10 @@ class Model {
   const ModelFiles& files() const { return *files_; }
   const gguf::File& file() const { return files_->file; }
   const model::ModelSpec& spec() const { return files_->spec; }
+  // As opened: on CUDA without a GPU budget, a model larger than the GPU that streams its experts (or per-layer
+  // table) takes the budget cuda::automatic_budget gives, and options().gpu.budget holds it.
   const ModelOptions& options() const { return options_; }
+  bool gpu_budget_automatic() const { return gpu_budget_automatic_; }
   Backend backend() const { return options_.backend; }
   uint32_t n_ctx() const { return n_ctx_; }
   int threads() const { return pool_->size(); }
@@ -122,6 +125,7 @@ class Model {
   Result<std::unique_ptr<cache::RowCache>> open_rows(const gguf::TensorInfo& table, uint32_t slots, uint32_t warm);
 
   ModelOptions options_;
+  bool gpu_budget_automatic_ = false;
   std::unique_ptr<ModelFiles> files_;
   uint32_t n_ctx_ = 0;
   WeightPlan plan_;

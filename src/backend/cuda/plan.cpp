@@ -166,6 +166,13 @@ Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors
   return p;
 }
 
+std::optional<uint64_t> automatic_budget(const GpuPlan& all_resident, uint64_t device_bytes, bool can_stream) {
+  if (!can_stream || device_bytes == 0 || all_resident.total_bytes() <= device_bytes) return std::nullopt;
+  const uint64_t headroom = std::max<uint64_t>(256ull << 20, device_bytes / 20);
+  if (device_bytes <= headroom) return std::nullopt;
+  return device_bytes - headroom;
+}
+
 std::string GpuPlan::describe() const {
   std::string s = "GPU " + mode_name() + ": " +
                   (budget ? "budget " + format_size(*budget) : std::string("no budget")) + ", resident " +

@@ -27,19 +27,23 @@ namespace {
 // kernels, cuBLAS and the streaming buffers already.
 constexpr uint64_t kSessionReserve = 16ull << 20;
 
-// Without a budget everything is resident, the KV cache of n_ctx positions included: a plan larger than the device
-// is refused with its items (a default CUDA run then falls back to the CPU) before any allocation fails.
+// Without a budget everything is resident, the KV cache of n_ctx positions included. A plan larger than the device
+// takes cuda::automatic_budget where the model has something to stream (experts, a per-layer table); otherwise it is
+// refused with its items (a default CUDA run then falls back to the CPU) before any allocation fails.
 Result<cuda::GpuPlan> plan(const ModelFiles& f, uint32_t n_ctx, uint32_t sessions, const GpuOptions& o) {
   DF_CUDA_CHECK(cudaFree(nullptr));  // creates the context, so that it is counted
-  DF_ASSIGN(cuda::GpuPlan p, cuda::plan_gpu(f.spec, f.tensors, f.layouts,
-                                            {.budget = o.budget, .n_ctx = n_ctx, .max_batch = o.max_batch,
-                                             .sessions = sessions, .context_bytes = cuda::device_memory_used(),
-                                             .row_slots = o.row_slots}));
+  auto make = [&](std::optional<uint64_t> budget) {
+    return cuda::plan_gpu(f.spec, f.tensors, f.layouts,
+                          {.budget = budget, .n_ctx = n_ctx, .max_batch = o.max_batch, .sessions = sessions,
+                           .context_bytes = cuda::device_memory_used(), .row_slots = o.row_slots});
+  };
+  DF_ASSIGN(cuda::GpuPlan p, make(o.budget));
   const uint64_t device = cuda::query_devices().total_bytes;
-  if (!o.budget && device && p.total_bytes() > device)
-    return Error{"the GPU's " + format_size(device) + " cannot hold this model at -c " + std::to_string(n_ctx) + ": " +
-                 p.describe() + "; --gpu-budget streams its experts, and a smaller -c needs a smaller KV cache"};
-  return p;
+  if (o.budget || !device || p.total_bytes() <= device) return p;
+  const bool can_stream = f.spec.moe() || f.tensors.ple_table != nullptr;
+  if (const auto budget = cuda::automatic_budget(p, device, can_stream)) return make(budget);
+  return Error{"the GPU's " + format_size(device) + " cannot hold this model at -c " + std::to_string(n_ctx) + ": " +
+               p.describe() + "; a smaller -c needs a smaller KV cache"};
 }
 
 class CudaBackend;
@@ -110,6 +114,9 @@ class CudaBackend final : public BackendModel {
     if (rows_)
       s += ", per-layer embeddings through " + std::to_string(rows_->slots()) + " GPU rows of " +
            format_size(rows_->row_bytes()) + " (" + std::to_string(rows_->warm_slots()) + " warm)";
+    if (m_.gpu_budget_automatic())
+      s += " (the model is larger than the GPU: budget " + format_size(*m_.options().gpu.budget) +
+           ", the GPU's memory less a headroom; --gpu-budget sets another)";
     if (!tier_) return s + (rows_ ? ", every other weight resident" : ", every weight resident");
     const model::ModelSpec& sp = m_.spec();
     const uint64_t n = uint64_t(sp.n_layer) * sp.n_expert;
@@ -290,7 +297,8 @@ Result<CudaStreams> cuda_streams(const ModelFiles& files, uint32_t n_ctx, uint32
   const auto dev = cuda::query_devices();
   if (dev.count == 0) return Error{"--backend cuda: no CUDA device (" + dev.why_none + ")"};
   DF_ASSIGN(const cuda::GpuPlan p, plan(files, n_ctx, sessions, options));
-  return CudaStreams{.experts = moe && (p.stream_experts || options.slots), .rows = p.ple_row_slots > 0};
+  return CudaStreams{.experts = moe && (p.stream_experts || options.slots), .rows = p.ple_row_slots > 0,
+                     .automatic_budget = options.budget ? std::nullopt : p.budget};
 }
 
 io::HostAllocator* cuda_host_allocator() { return &cuda::pinned_host_allocator(); }

@@ -117,4 +117,10 @@ std::vector<std::vector<cache::PartPlace>> expert_planes(const model::RecordLayo
 Result<GpuPlan> plan_gpu(const model::ModelSpec& spec, const model::ModelTensors& tensors,
                          const model::RecordLayouts& layouts, const GpuPlanOptions& options);
 
+// The budget a run without --gpu-budget takes when its all-resident plan does not fit a device of device_bytes:
+// the device less a headroom (5%, at least 256 MiB: a display, another process, allocator slack), where the model
+// has something to stream (routed experts, a per-layer embedding table); nullopt where it fits as it is or has
+// nothing to stream (then it is refused as larger than the device).
+std::optional<uint64_t> automatic_budget(const GpuPlan& all_resident, uint64_t device_bytes, bool can_stream);
+
 }  // namespace df::cuda
