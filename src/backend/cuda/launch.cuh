@@ -35,13 +35,18 @@ inline dev::Gate device_gate(const InputGate& g) {
   return {g.on ? (g.act == Glu::kGelu ? 2 : 1) : 0, g.mul, g.mul_stride};
 }
 
+// Whether kernels may launch early here: the device has programmatic dependent launch (compute capability 9.0 and
+// later) and this build's code for it was compiled for 9.0 or later, so that dev::wait_prior() is not compiled out
+// (a build for 8.x alone runs on a 9.0 GPU through its 8.x PTX: early launches would then race).
+bool early_launch_supported();
+
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start before the stream's previous kernel has finished
-// on devices that can (compute capability 9.0 and later; elsewhere an ordinary launch). The kernel must call
-// dev::wait_prior() before its first access to memory that another kernel writes or reads.
+// where early_launch_supported() (elsewhere an ordinary launch). The kernel must call dev::wait_prior() before its
+// first access to memory that another kernel writes or reads.
 template <typename... Params, typename... Args>
 void launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                   Args&&... args) {
-  static const bool can = device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
+  const bool can = early_launch_supported();
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
