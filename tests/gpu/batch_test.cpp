@@ -36,7 +36,9 @@ std::vector<Steps> alone(engine::Model& m, const std::vector<GoldCase>& cases, i
       st.logits.push_back(last_row(*s, V));
       st.ids.push_back(s->next_token(greedy, history));
       history.push_back(st.ids.back());
-      if (i + 1 < n) EXPECT_TRUE(s->eval(std::span(&st.ids.back(), 1)).ok());
+      if (i + 1 < n) {
+        EXPECT_TRUE(s->eval(std::span(&st.ids.back(), 1)).ok());
+      }
     }
   }
   return out;

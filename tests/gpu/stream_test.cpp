@@ -242,7 +242,9 @@ TEST(GpuStreamBudget, OpensWithinABudget) {
   ASSERT_TRUE(s->eval(prompt).ok());
   EXPECT_LE(cuda::device_memory_used(), budget);
   const engine::ModelStats st = (*g)->stats();
-  if (st.gpu) EXPECT_GE(st.gpu_slots, 2 * (*g)->spec().n_expert_used);
+  if (st.gpu) {
+    EXPECT_GE(st.gpu_slots, 2 * (*g)->spec().n_expert_used);
+  }
 }
 
 // The K-quant and IQ4 files (records of mixed types, layers of different record sizes) and gemma4's experts (gate and

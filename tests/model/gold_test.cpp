@@ -41,8 +41,12 @@ void check_gold(const std::string& name, bool GoldCase::*bar, const char* bar_na
   ASSERT_TRUE(streamed.ok()) << streamed.error().message;
   ASSERT_NE((*streamed)->plan().mode, engine::Residency::kAllResident);
   const bool tables = p.ple.table_bytes || p.tokens.table_bytes;
-  if (p.ple.table_bytes) EXPECT_EQ((*streamed)->plan().ple.slots, engine::kMinRowSlots);
-  if (p.tokens.table_bytes) EXPECT_EQ((*streamed)->plan().tokens.slots, engine::kMinRowSlots);
+  if (p.ple.table_bytes) {
+    EXPECT_EQ((*streamed)->plan().ple.slots, engine::kMinRowSlots);
+  }
+  if (p.tokens.table_bytes) {
+    EXPECT_EQ((*streamed)->plan().tokens.slots, engine::kMinRowSlots);
+  }
   // A store of the model, streamed at the same budget: one read per record, the same records.
   const auto store = temp_dir("gold_store_" + name + (file.empty() ? "" : "_split"));
   auto ingested = store::ingest({.source = model_path.string(), .dir = store.string(), .force = true});
