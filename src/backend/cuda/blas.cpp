@@ -143,7 +143,7 @@ bool sgemm_rows(const SgemmRowsArgs& a) {
     // n_tok one; y = W^T x.
     const float one = 1.0f, zero = 0.0f;
     DF_CUBLAS_CHECK(cb.sgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(a.rows), int(a.n_tok), int(a.cols), &one, a.w,
-                                int(a.ld_w), a.x, int(a.cols), &zero, a.y, int(a.rows)));
+                             int(a.ld_w), a.x, int(a.cols), &zero, a.y, int(a.rows)));
   });
 }
 
@@ -155,8 +155,8 @@ bool hgemm_rows(const HgemmRowsArgs& a) {
     // As sgemm_rows, with y's leading dimension ld_y.
     const float one = 1.0f, zero = 0.0f;
     DF_CUBLAS_CHECK(cb.gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(a.rows), int(a.n_tok), int(a.cols), &one, a.w,
-                                 CUDA_R_16F, int(a.ld_w), a.x, CUDA_R_16F, int(a.cols), &zero, a.y, CUDA_R_32F,
-                                 int(a.ld_y), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                               CUDA_R_16F, int(a.ld_w), a.x, CUDA_R_16F, int(a.cols), &zero, a.y, CUDA_R_32F,
+                               int(a.ld_y), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   });
 }
 
