@@ -17,11 +17,15 @@ void CpuRate::add(double seconds, uint64_t bytes, bool warm) {
   }
 }
 
-int64_t cpu_share_count(int64_t missed, double cpu, double copy) {
+int64_t cpu_share_count(std::span<const double> cpu_s, double copy_s) {
+  const int64_t missed = int64_t(cpu_s.size());
   int64_t best = 0;
-  for (int64_t c = 1; c <= missed; ++c)
-    if (std::max(double(c) * cpu, double(missed - c) * copy) < std::max(double(best) * cpu, double(missed - best) * copy))
-      best = c;
+  double cpu = 0, best_time = double(missed) * copy_s;
+  for (int64_t c = 1; c <= missed; ++c) {
+    cpu += cpu_s[size_t(c - 1)];
+    const double t = std::max(cpu, double(missed - c) * copy_s);
+    if (t < best_time) best = c, best_time = t;
+  }
   return best;
 }
 
@@ -49,15 +53,28 @@ void schedule_moe(const MoeStep& s, MoeSchedule& out) {
   for (int32_t e : out.distinct)
     if (!s.resident || !s.resident(e)) missed.push_back(e);
   out.missed = int64_t(missed.size());
-  if (s.cpu_share && s.n_tok == 1 && !missed.empty()) {
+  if (s.cpu_share && !missed.empty()) {
     const double bytes = double(s.record_bytes);
     const double copy = bytes * (s.copy_s_per_byte > 0 ? s.copy_s_per_byte : kCopyGuessSPerByte);
     const double cpu = bytes * (s.cpu_s_per_byte > 0 ? s.cpu_s_per_byte : kCpuGuessSPerByte);
-    const int64_t c = std::max<int64_t>(cpu_share_count(int64_t(missed.size()), cpu, copy),
+    // The CPU's candidates, cheapest first: the fewest rows, then the last in routing order (one token: the last
+    // missed ones).
+    std::vector<int64_t> rows(size_t(s.n_expert), 0);
+    for (int64_t v = 0; v < nk; ++v) ++rows[size_t(s.ids[size_t(v)])];
+    std::vector<int32_t> order(missed.rbegin(), missed.rend());
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return rows[size_t(a)] < rows[size_t(b)]; });
+    std::vector<double> cost;
+    for (int32_t e : order) cost.push_back(cpu * cpu_rows_weight(rows[size_t(e)]));
+    const int64_t c = std::max<int64_t>(cpu_share_count(cost, copy),
                                         std::min<int64_t>(s.min_cpu, int64_t(missed.size()) - 1));
-    // The last missed ones in routing order that RAM holds (the CPU never waits for the disk).
-    for (auto it = missed.rbegin(); it != missed.rend() && int64_t(out.cpu.size()) < c; ++it)
-      if (!s.in_ram || s.in_ram(*it)) out.cpu.insert(out.cpu.begin(), *it);
+    // Of those, the ones RAM holds (the CPU never waits for the disk); listed in routing order.
+    std::vector<bool> chosen(size_t(s.n_expert), false);
+    int64_t taken = 0;
+    for (auto it = order.begin(); it != order.end() && taken < c; ++it)
+      if (!s.in_ram || s.in_ram(*it)) chosen[size_t(*it)] = true, ++taken;
+    for (int32_t e : missed)
+      if (chosen[size_t(e)]) out.cpu.push_back(e);
   }
   missed.clear();
   for (int32_t e : out.distinct)

@@ -41,11 +41,13 @@ TEST(MoeSchedule, GroupsOfHalfTheTierWithOverlapOfAllOfItWithout) {
 
 TEST(MoeSchedule, CpuShareBalancesItsTimeAgainstTheCopies) {
   // Equal rates: half of the misses each way (ties: fewer on the CPU).
-  EXPECT_EQ(cpu_share_count(8, 1.0, 1.0), 4);
-  EXPECT_EQ(cpu_share_count(7, 1.0, 1.0), 3);
+  EXPECT_EQ(cpu_share_count(std::vector<double>(8, 1.0), 1.0), 4);
+  EXPECT_EQ(cpu_share_count(std::vector<double>(7, 1.0), 1.0), 3);
   // A CPU three times slower takes a quarter.
-  EXPECT_EQ(cpu_share_count(8, 3.0, 1.0), 2);
-  EXPECT_EQ(cpu_share_count(0, 1.0, 1.0), 0);
+  EXPECT_EQ(cpu_share_count(std::vector<double>(8, 3.0), 1.0), 2);
+  EXPECT_EQ(cpu_share_count(std::vector<double>{}, 1.0), 0);
+  // Dearer experts at the end of the list: the CPU stops before them.
+  EXPECT_EQ(cpu_share_count(std::vector<double>{1, 1, 4, 4}, 1.0), 2);
 
   const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8};
   MoeSchedule s;
@@ -77,9 +79,29 @@ TEST(MoeSchedule, CpuShareBalancesItsTimeAgainstTheCopies) {
                 .cpu_s_per_byte = 1e-6, .min_cpu = 1},
                s);
   EXPECT_EQ(s.cpu, (std::vector<int32_t>{8}));
-  // No share for a batch of several tokens, nor without cpu_share.
-  schedule_moe({.ids = ids, .n_tok = 2, .n_used = 4, .n_expert = 16, .max_group = 16, .cpu_share = true}, s);
+  // No share without cpu_share.
+  schedule_moe({.ids = ids, .n_tok = 2, .n_used = 4, .n_expert = 16, .max_group = 16}, s);
   EXPECT_TRUE(s.cpu.empty());
+}
+
+TEST(MoeSchedule, SeveralTokensShareTheExpertsFewestOfThemUse) {
+  // Two tokens: experts 1, 2 and 3 serve both, 4 and 5 one each. The CPU's time grows with an expert's rows, its
+  // copy's does not: at equal per-byte rates the CPU takes the two single-row experts (listed in routing order),
+  // where the last two in routing order would be 3 and 5.
+  const std::vector<int32_t> ids = {4, 1, 2, 3, 5, 1, 2, 3};
+  MoeSchedule s;
+  schedule_moe({.ids = ids, .n_tok = 2, .n_used = 4, .n_expert = 8, .max_group = 8, .cpu_share = true,
+                .record_bytes = 1000, .copy_s_per_byte = 1e-9, .cpu_s_per_byte = 1e-9},
+               s);
+  EXPECT_EQ(s.missed, 5);
+  EXPECT_EQ(s.cpu, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(s.gpu, (std::vector<int32_t>{1, 2, 3}));
+  // A CPU four times quicker per byte takes the shared ones too, cheapest first, but leaves one to the copies.
+  schedule_moe({.ids = ids, .n_tok = 2, .n_used = 4, .n_expert = 8, .max_group = 8, .cpu_share = true,
+                .record_bytes = 1000, .copy_s_per_byte = 1e-9, .cpu_s_per_byte = 0.25e-9},
+               s);
+  EXPECT_EQ(s.cpu, (std::vector<int32_t>{4, 2, 3, 5}));
+  EXPECT_EQ(s.gpu, (std::vector<int32_t>{1}));
 }
 
 TEST(MoeSchedule, ReadsAheadGoToTheTierThatLacksThem) {

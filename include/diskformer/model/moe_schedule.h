@@ -4,13 +4,15 @@
 //   - the groups of experts the compute tier makes resident one after another (each group at most `max_group`;
 //     with `overlap`, groups of half that once the experts outgrow it, so the next group's loads run under this
 //     group's products);
-//   - the experts the CPU computes from RAM instead (decode under a GPU budget): of those the compute tier misses
-//     and RAM holds, as many as finish no later than the copies of the rest, from the measured per-byte rates;
+//   - the experts the CPU computes from RAM instead (decode under a GPU budget, one sequence or several): of those
+//     the compute tier misses and RAM holds, the fewest-used first, as many as finish no later than the copies of
+//     the rest, from the measured per-byte rates;
 //   - what to read ahead for the next layer in each tier, from a guess of its experts (its router applied to the
 //     current hidden state): into the compute tier what RAM holds, into RAM what it does not.
 // Host code with no GPU in it; the forward passes execute what it says.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -26,7 +28,7 @@ struct MoeStep {
   int32_t n_tok = 0, n_used = 0, n_expert = 0;
   uint32_t max_group = 0;        // experts the compute tier can hold at once (>= n_used)
   bool overlap = false;          // split into half-size groups once the experts do not fit in one
-  // Missing experts may be computed on the CPU (one token, a GPU tier over RAM the CPU can read).
+  // Missing experts may be computed on the CPU (decode: a GPU tier over RAM the CPU can read).
   bool cpu_share = false;
   std::function<bool(int32_t)> resident;  // expert e is in the compute tier now (nullptr: none is)
   std::function<bool(int32_t)> in_ram;    // expert e is in RAM now, for the CPU to read (nullptr: all are)
@@ -70,8 +72,14 @@ class CpuRate {
 // Fills `out` (its vectors are reused from call to call).
 void schedule_moe(const MoeStep& step, MoeSchedule& out);
 
-// The CPU's share of `missed` experts that would otherwise be copied: c minimizing max(c * cpu, (missed - c) * copy)
-// (ties: fewer on the CPU).
-int64_t cpu_share_count(int64_t missed, double cpu_s_per_expert, double copy_s_per_expert);
+// The CPU's time for an expert that `rows` tokens of a step routed to, in units of one row's: it reads the weights
+// once, and each further row adds its products, which cost about a quarter of the read at decode's sizes (a
+// guess the measured rate absorbs: CpuRate learns per byte of this weight).
+inline double cpu_rows_weight(int64_t rows) { return 1.0 + 0.25 * double(std::max<int64_t>(rows, 1) - 1); }
+
+// The CPU's share of the missed experts that would otherwise be copied, each `copy_s` apart, when cpu_s holds the
+// CPU's time for each of them in the order it would take them (cheapest first): c minimizing max(cpu_s[0] + ... +
+// cpu_s[c - 1], (missed - c) * copy_s) (ties: fewer on the CPU).
+int64_t cpu_share_count(std::span<const double> cpu_s, double copy_s);
 
 }  // namespace df::model

@@ -174,12 +174,13 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
   DF_CUDA_CHECK(cudaMemcpyAsync(ids, at<int32_t>(Buf::ids), nk * 4, cudaMemcpyDeviceToHost, stream));
   if (guessed)
     DF_CUDA_CHECK(cudaMemcpyAsync(ids + nk, at<float>(Buf::guess) + E + X, K * 4, cudaMemcpyDeviceToHost, stream));
-  // The CPU's share needs the normed row and the routing weights too.
-  const bool split = n == 1 && st.cpu != nullptr;
+  // Decode steps (one sequence's token or a token of each of several): the CPU may share the misses, and needs the
+  // normed rows and the routing weights too.
+  const bool split = (n == 1 || many_sequences_) && st.cpu != nullptr;
   if (split) {
-    reserve_pinned(xn_host_, uint64_t(E) * 4);
+    reserve_pinned(xn_host_, uint64_t(n * E) * 4);
     reserve_pinned(wts_host_, uint64_t(nk) * 4);
-    DF_CUDA_CHECK(cudaMemcpyAsync(xn_host_.data(), at<float>(Buf::xn), E * 4, cudaMemcpyDeviceToHost, stream));
+    DF_CUDA_CHECK(cudaMemcpyAsync(xn_host_.data(), at<float>(Buf::xn), n * E * 4, cudaMemcpyDeviceToHost, stream));
     DF_CUDA_CHECK(cudaMemcpyAsync(wts_host_.data(), at<float>(Buf::wts), nk * 4, cudaMemcpyDeviceToHost, stream));
   }
   DF_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -263,13 +264,13 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
     pins->release();  // after the kernels that read the slots, in stream order
   }
   if (n_groups == 0) read_ahead();
-  if (!schedule_.cpu.empty()) cpu_share(il, ids, /*packed=*/false);
+  if (!schedule_.cpu.empty()) cpu_share(il, ids, n, /*packed_weights=*/nullptr);
   combine(at<float>(Buf::wts), n, K, out);
 }
 
-// A few tokens whose GPU experts fit in one group: the fused two-launch path with slot ids. With a CPU share (one
-// token), the CPU's experts point at a GPU slot of the same token with weight 0 in the fused combine (adding 0 keeps
-// the sum), and their rows are combined and added afterwards (written, where out is set and the GPU has none).
+// A few tokens whose GPU experts fit in one group: the fused two-launch path with slot ids. With a CPU share, the
+// CPU's (token, slot) pairs point at a GPU slot with weight 0 in the fused combine (adding 0 keeps the sum), and
+// their rows are combined and added afterwards (written, where out is set and the GPU has none).
 void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h,
                                  float* out) {
   const model::ModelSpec& s = m_.spec;
@@ -305,57 +306,102 @@ void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, cons
   }
   if (!share) return;
   const bool first = schedule_.gpu.empty();  // out not written yet
-  cpu_share(il, ids, /*packed=*/true);
-  const int64_t C = int64_t(schedule_.cpu.size());
   float* h_cw = reinterpret_cast<float*>(h + 2 * nk);
   float* cw_dev = reinterpret_cast<float*>(slot_dev + 2 * nk);
-  for (int64_t c = 0; c < C; ++c) h_cw[c] = wts[std::find(ids, ids + K, schedule_.cpu[size_t(c)]) - ids];
-  DF_CUDA_CHECK(cudaMemcpyAsync(cw_dev, h_cw, C * 4, cudaMemcpyHostToDevice, stream));
-  combine(cw_dev, 1, int(C), out, /*accumulate=*/!first);
+  const int64_t width = cpu_share(il, ids, n, h_cw);
+  DF_CUDA_CHECK(cudaMemcpyAsync(cw_dev, h_cw, n * width * 4, cudaMemcpyHostToDevice, stream));
+  combine(cw_dev, n, int(width), out, /*accumulate=*/!first);
 }
 
-void RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, bool packed) {
+int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, float* packed_weights) {
   const model::ModelSpec& s = m_.spec;
   const StreamedExperts& st = *m_.streamed;
   const int K = int(s.n_expert_used);
-  const int64_t E = s.n_embd, C = int64_t(schedule_.cpu.size());
+  const int64_t E = s.n_embd, nk = n * K, C = int64_t(schedule_.cpu.size());
   const auto t0 = std::chrono::steady_clock::now();
   Result<cache::Pins> pins = st.ram->acquire(il, schedule_.cpu);
   if (!pins) {
     status_ = pins.take_error();
-    return;
+    return 0;
   }
+  // The CPU's (token, slot) pairs v = t * K + k, expert by expert, each expert's in routing order: [first[c],
+  // first[c + 1]) of pairs_ are expert c's.
   const model::ExpertLayout& layout = st.layouts->experts[il];
   std::vector<model::ExpertWeights> ew;
   std::vector<int64_t> first = {0};
+  pairs_.clear();
+  double weighted_bytes = 0;
   for (int64_t c = 0; c < C; ++c) {
     ew.push_back(model::expert_at(layout, pins->data(size_t(c))));
-    first.push_back(c + 1);
+    for (int64_t v = 0; v < nk; ++v)
+      if (ids[v] == schedule_.cpu[size_t(c)]) pairs_.push_back(v);
+    weighted_bytes += double(layout.record_bytes) * model::cpu_rows_weight(int64_t(pairs_.size()) - first.back());
+    first.push_back(int64_t(pairs_.size()));
   }
-  // Every expert reads the same normed row.
+  const int64_t P = int64_t(pairs_.size());
+  // Where each pair's row goes: packed, [n][width] rows, each token's pairs in routing order (width: the most any
+  // token has; zero rows of weight 0 pad the others); else in routing order, to be copied to its place in
+  // expert_out. dest[p] indexes those rows.
+  std::vector<int64_t> per_tok(static_cast<size_t>(n), 0), dest(static_cast<size_t>(P));
+  int64_t width = 0;
+  {
+    std::vector<int64_t> at_v(size_t(nk), -1);
+    int64_t rank = 0;
+    for (int64_t v = 0; v < nk; ++v) {
+      if (schedule_.where[size_t(ids[v])] >= 0) continue;
+      at_v[size_t(v)] = packed_weights ? per_tok[size_t(v / K)]++ : rank++;
+      width = std::max(width, per_tok[size_t(v / K)]);
+    }
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t v = pairs_[size_t(p)];
+      dest[size_t(p)] = packed_weights ? v / K * width + at_v[size_t(v)] : at_v[size_t(v)];
+    }
+  }
+  const int64_t rows = packed_weights ? n * width : P;
+  // One token: every expert reads its one normed row, and its rows already lie in routing order (dest is p). Several:
+  // each pair's token row, and the rows rearranged.
+  const bool one = n == 1;
   const float* xn = reinterpret_cast<const float*>(xn_host_.data());
-  reserve_pinned(cpu_out_host_, uint64_t(K) * E * 4);
+  if (!one) {
+    cpu_in_.resize(size_t(P * E));
+    for (int64_t p = 0; p < P; ++p)
+      std::copy_n(xn + pairs_[size_t(p)] / K * E, E, cpu_in_.data() + p * E);
+    cpu_rows_.resize(size_t(P * E));
+  }
+  reserve_pinned(cpu_out_host_, uint64_t(std::max<int64_t>(rows, 1)) * E * 4);
   float* out = reinterpret_cast<float*>(cpu_out_host_.data());
-  cpu::expert_products(*st.cpu, ew, first, xn, out, cpu_scratch_,
+  cpu::expert_products(*st.cpu, ew, first, one ? xn : cpu_in_.data(), one ? out : cpu_rows_.data(), cpu_scratch_,
                        glu_ == Glu::kGelu ? cpu::GateActivation::kGeGlu : cpu::GateActivation::kSwiGlu,
-                       /*shared_in=*/true, /*cuda_order=*/true);
+                       /*shared_in=*/one, /*cuda_order=*/true);
   const auto t1 = std::chrono::steady_clock::now();
   // The pool's threads still spin if the last share ended less than their spin time ago.
   const bool warm = t0 - cpu_done_ < cpu::ThreadPool::kSpinTime;
-  cpu_rate_.add(std::chrono::duration<double>(t1 - t0).count(), uint64_t(C) * layout.record_bytes, warm);
+  cpu_rate_.add(std::chrono::duration<double>(t1 - t0).count(), uint64_t(weighted_bytes), warm);
   warm_sample_due_ = !warm;
   cpu_done_ = t1;
   cpu_count_ += uint64_t(C);
-  if (packed) {
-    DF_CUDA_CHECK(cudaMemcpyAsync(at<float>(Buf::expert_out), out, C * E * 4, cudaMemcpyHostToDevice, m_.stream));
-    return;
+  if (!one) {
+    if (packed_weights) std::fill_n(out, rows * E, 0.0f);
+    for (int64_t p = 0; p < P; ++p)
+      std::copy_n(cpu_rows_.data() + p * E, E, out + dest[size_t(p)] * E);
   }
-  for (int64_t c = 0; c < C; ++c) {
-    const int64_t k = std::find(ids, ids + K, schedule_.cpu[size_t(c)]) - ids;
-    DF_CHECK(k < K);
-    DF_CUDA_CHECK(cudaMemcpyAsync(at<float>(Buf::expert_out) + k * E, out + c * E, E * 4, cudaMemcpyHostToDevice,
-                                  m_.stream));
+  float* expert_out = at<float>(Buf::expert_out);
+  if (packed_weights) {
+    const float* wts = reinterpret_cast<const float*>(wts_host_.data());
+    std::fill_n(packed_weights, rows, 0.0f);
+    for (int64_t p = 0; p < P; ++p) packed_weights[dest[size_t(p)]] = wts[pairs_[size_t(p)]];
+    DF_CUDA_CHECK(cudaMemcpyAsync(expert_out, out, rows * E * 4, cudaMemcpyHostToDevice, m_.stream));
+    return width;
   }
+  // Rows in routing order to their pairs' places, a copy per run of adjacent pairs.
+  std::vector<int64_t> v_sorted(pairs_.begin(), pairs_.end());
+  std::sort(v_sorted.begin(), v_sorted.end());
+  for (int64_t r0 = 0, r1; r0 < P; r0 = r1) {
+    for (r1 = r0 + 1; r1 < P && v_sorted[size_t(r1)] == v_sorted[size_t(r1 - 1)] + 1;) ++r1;
+    DF_CUDA_CHECK(cudaMemcpyAsync(expert_out + v_sorted[size_t(r0)] * E, out + r0 * E, (r1 - r0) * E * 4,
+                                  cudaMemcpyHostToDevice, m_.stream));
+  }
+  return 0;
 }
 
 }  // namespace df::cuda

@@ -5,8 +5,9 @@
 //   - streamed through the GPU tier: the router's choices come to the host (the one round trip of a layer),
 //     model::schedule_moe cuts them into groups the tier holds at once, and each group runs the resident kernels with
 //     the tier's slots in place of expert ids; the next layer's guessed experts are read ahead in both tiers;
-//   - split (decode under a budget): the CPU computes, from RAM, the missed experts that the schedule gives it while
-//     the GPU copies and multiplies the rest; their rows join the GPU's before the combine.
+//   - split (decode under a budget, of one sequence or several): the CPU computes, from RAM, the missed experts that
+//     the schedule gives it, for every token routed to them, while the GPU copies and multiplies the rest; their
+//     rows join the GPU's before the combine.
 #pragma once
 
 #include <chrono>
@@ -34,6 +35,9 @@ class RoutedExperts {
   // Q8_0 blocks when fused: moe_decode_gate_up applies, and the fused down launch where it takes the rows); adds the
   // experts' weighted sum into the residual stream, or writes it to out ([n][n_embd], not Buf::proj) where given.
   void run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out = nullptr);
+  // The next runs step several sequences a token each (GpuSession::decode_many), not one sequence's tokens: like
+  // one token, such a step may give the CPU a share of its missed experts (a prefill batch leaves them to the GPU).
+  void set_many_sequences(bool many) { many_sequences_ = many; }
   // A streamed read failed during this pass (the rest of the pass is skipped); taken once.
   Status take_status() { return std::exchange(status_, Status{}); }
   uint64_t cpu_experts() const { return cpu_count_; }
@@ -59,9 +63,11 @@ class RoutedExperts {
   // sum over k < n_used of weights[t][k] * Buf::expert_out rows: written to out, added into it (accumulate), or added
   // into the residual stream (out null).
   void combine(const float* weights, int64_t n, int n_used, float* out, bool accumulate = false);
-  // The CPU's share: gate, up, the activation and down of each expert in schedule_.cpu from RAM; rows packed in that order
-  // or at their routing positions of expert_out.
-  void cpu_share(uint32_t il, const int32_t* ids, bool packed);
+  // The CPU's share of n tokens' experts: gate, up, the activation and down of each expert in schedule_.cpu from RAM,
+  // for every token routed to it. The rows go to expert_out at their routing positions; or, with packed_weights,
+  // packed [n][width] (each token's in routing order, zero rows after them), their routing weights likewise into
+  // packed_weights ([n][width], host): returns width.
+  int64_t cpu_share(uint32_t il, const int32_t* ids, int64_t n, float* packed_weights);
 
   const GpuModel& m_;
   std::vector<DeviceBuffer>& buf_;
@@ -70,10 +76,13 @@ class RoutedExperts {
   Status status_;
   model::MoeSchedule schedule_;
   io::AlignedBuffer ids_host_, plan_host_;  // pinned: the router's ids (and the guess); per group, its plan
-  io::AlignedBuffer xn_host_, wts_host_, cpu_out_host_;  // pinned: normed row, routing weights, the CPU's rows
+  io::AlignedBuffer xn_host_, wts_host_, cpu_out_host_;  // pinned: normed rows, routing weights, the CPU's rows
+  std::vector<int64_t> pairs_;              // the CPU's (token, slot) pairs, expert by expert
+  std::vector<float> cpu_in_, cpu_rows_;    // several tokens: each pair's input row, and its output row
   std::vector<int32_t> group_slots_;
   cpu::ExpertScratch cpu_scratch_;
   bool guessed_ = false;       // Buf::guess holds the next layer's guess (decode, streamed)
+  bool many_sequences_ = false;  // set_many_sequences
   model::CpuRate cpu_rate_;
   std::chrono::steady_clock::time_point cpu_done_{};  // when the CPU last finished a share
   uint32_t since_cpu_ = 0;     // decode layers with misses and no CPU share since the CPU last computed one

@@ -34,7 +34,10 @@ class Forward {
     uint16_t* k = nullptr;
     uint16_t* v = nullptr;
   };
-  void set_token_caches(std::vector<KvCaches> caches) { token_caches_ = std::move(caches); }
+  void set_token_caches(std::vector<KvCaches> caches) {
+    token_caches_ = std::move(caches);
+    experts_.set_many_sequences(!token_caches_.empty());
+  }
 
  protected:
   template <typename T>
