@@ -125,8 +125,10 @@ TEST_P(GpuStream, LogitsMatchTheResidentModel) {
 }
 
 // Experts from disk: the RAM tier reads them under a budget just under the model size, the GPU tier pulls them from
-// there. Same greedy tokens as the resident GPU model; bytes were read from disk; the CPU share (by default where its
-// products round as the GPU's) still takes some.
+// there. Copies only, the same greedy tokens as the resident GPU model, bit for bit; bytes were read from disk. With
+// the CPU's share (by default where its products round as the GPU's) it still takes some from there; its rows join
+// the sum in another order, which can flip a near-tie of this random prompt, so its tokens are only printed (the
+// gold cases check the share's output, GoldCasesMatchWithAFewExpertsPerLayer).
 TEST_P(GpuStream, ExpertsFromDiskThroughTheRamTier) {
   DF_REQUIRE_GPU();
   const std::string name = GetParam();
@@ -135,27 +137,45 @@ TEST_P(GpuStream, ExpertsFromDiskThroughTheRamTier) {
   ASSERT_TRUE(resident);
   const uint64_t model_bytes = resident->plan().model_bytes;
   const uint32_t slots = 2 * resident->spec().n_expert_used;
-  std::unique_ptr<engine::Model> small;
-  for (uint64_t budget : {model_bytes * 9 / 10, model_bytes * 98 / 100, model_bytes * 99 / 100}) {
+  auto from_disk = [&](uint64_t budget, std::optional<bool> cpu) -> std::unique_ptr<engine::Model> {
     auto m = engine::Model::open(path.string(), {.n_ctx = 256, .ram_budget = budget, .backend = engine::Backend::kCuda,
-                                                 .gpu = {.slots = slots}});
-    if (m.ok() && (*m)->ram_tier() && !(*m)->ram_tier()->resident()) {
-      small = std::move(*m);
+                                                 .gpu = {.slots = slots, .cpu_experts = cpu}});
+    if (!m.ok() || !(*m)->ram_tier() || (*m)->ram_tier()->resident()) return nullptr;
+    (*m)->reset_stats();
+    return std::move(*m);
+  };
+  std::unique_ptr<engine::Model> small;
+  uint64_t budget = 0;
+  for (uint64_t b : {model_bytes * 9 / 10, model_bytes * 98 / 100, model_bytes * 99 / 100})
+    if ((small = from_disk(b, false))) {
+      budget = b;
       break;
     }
-  }
   ASSERT_TRUE(small) << name << ": no RAM budget below the model size gave a streaming plan";
-  small->reset_stats();
   const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 8, 9, 10, 11};
   auto a = session_of(*resident);
   auto b = session_of(*small);
   ASSERT_TRUE(a && b);
-  EXPECT_EQ(greedy_gpu(*a, prompt, 24), greedy_gpu(*b, prompt, 24)) << name;
-  const engine::ModelStats st = small->stats();
+  const std::vector<int32_t> want = greedy_gpu(*a, prompt, 24);
+  EXPECT_EQ(greedy_gpu(*b, prompt, 24), want) << name;
+  EXPECT_GT(small->stats().streamed_bytes_read, 0u);
+
+  auto shared = from_disk(budget, std::nullopt);
+  ASSERT_TRUE(shared);
+  auto c = session_of(*shared);
+  ASSERT_TRUE(c);
+  const std::vector<int32_t> got = greedy_gpu(*c, prompt, 24);
+  const size_t same = size_t(std::mismatch(got.begin(), got.end(), want.begin(), want.end()).first - got.begin());
+  const engine::ModelStats st = shared->stats();
   EXPECT_GT(st.streamed_bytes_read, 0u);
-  std::printf("[gpu-stream-disk] %-14s RAM tier %u slots: %.1f KB from disk, CPU computed %llu experts\n",
-              name.c_str(), small->ram_tier()->slots(), st.streamed_bytes_read / 1e3,
-              (unsigned long long)b->stats().cpu_experts);
+  const bool alike = cuda::cpu_experts_round_alike(shared->files().layouts);
+  if (alike) {
+    EXPECT_GT(c->stats().cpu_experts, 0u) << name;
+  }
+  std::printf("[gpu-stream-disk] %-14s RAM tier %u slots: %.1f KB from disk, CPU computed %llu experts, "
+              "%zu of 24 tokens as resident\n",
+              name.c_str(), shared->ram_tier()->slots(), st.streamed_bytes_read / 1e3,
+              (unsigned long long)c->stats().cpu_experts, same);
 }
 
 // Decode's access pattern: every (layer, expert) record in a cycle longer than the tier. Plain LRU would evict each
