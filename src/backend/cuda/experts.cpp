@@ -309,6 +309,7 @@ void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, cons
   float* h_cw = reinterpret_cast<float*>(h + 2 * nk);
   float* cw_dev = reinterpret_cast<float*>(slot_dev + 2 * nk);
   const int64_t width = cpu_share(il, ids, n, h_cw);
+  if (!status_.ok()) return;  // its experts could not be read: eval reports it
   DF_CUDA_CHECK(cudaMemcpyAsync(cw_dev, h_cw, n * width * 4, cudaMemcpyHostToDevice, stream));
   combine(cw_dev, n, int(width), out, /*accumulate=*/!first);
 }
