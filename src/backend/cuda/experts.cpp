@@ -341,16 +341,16 @@ int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, flo
   }
   const int64_t P = int64_t(pairs_.size());
   // Where each pair's row goes: packed, [n][width] rows, each token's pairs in routing order (width: the most any
-  // token has; zero rows of weight 0 pad the others); else in routing order, to be copied to its place in
-  // expert_out. dest[p] indexes those rows.
-  std::vector<int64_t> per_tok(static_cast<size_t>(n), 0), dest(static_cast<size_t>(P));
+  // token has; zero rows of weight 0 pad the others); else in routing order (in_order), to be copied to its place
+  // in expert_out. dest[p] indexes those rows.
+  std::vector<int64_t> per_tok(static_cast<size_t>(n), 0), dest(static_cast<size_t>(P)), in_order;
   int64_t width = 0;
   {
     std::vector<int64_t> at_v(size_t(nk), -1);
-    int64_t rank = 0;
     for (int64_t v = 0; v < nk; ++v) {
       if (schedule_.where[size_t(ids[v])] >= 0) continue;
-      at_v[size_t(v)] = packed_weights ? per_tok[size_t(v / K)]++ : rank++;
+      at_v[size_t(v)] = packed_weights ? per_tok[size_t(v / K)]++ : int64_t(in_order.size());
+      in_order.push_back(v);
       width = std::max(width, per_tok[size_t(v / K)]);
     }
     for (int64_t p = 0; p < P; ++p) {
@@ -395,11 +395,9 @@ int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, flo
     return width;
   }
   // Rows in routing order to their pairs' places, a copy per run of adjacent pairs.
-  std::vector<int64_t> v_sorted(pairs_.begin(), pairs_.end());
-  std::sort(v_sorted.begin(), v_sorted.end());
   for (int64_t r0 = 0, r1; r0 < P; r0 = r1) {
-    for (r1 = r0 + 1; r1 < P && v_sorted[size_t(r1)] == v_sorted[size_t(r1 - 1)] + 1;) ++r1;
-    DF_CUDA_CHECK(cudaMemcpyAsync(expert_out + v_sorted[size_t(r0)] * E, out + r0 * E, (r1 - r0) * E * 4,
+    for (r1 = r0 + 1; r1 < P && in_order[size_t(r1)] == in_order[size_t(r1 - 1)] + 1;) ++r1;
+    DF_CUDA_CHECK(cudaMemcpyAsync(expert_out + in_order[size_t(r0)] * E, out + r0 * E, (r1 - r0) * E * 4,
                                   cudaMemcpyHostToDevice, m_.stream));
   }
   return 0;
