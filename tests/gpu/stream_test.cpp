@@ -137,9 +137,11 @@ TEST_P(GpuStream, ExpertsFromDiskThroughTheRamTier) {
   ASSERT_TRUE(resident);
   const uint64_t model_bytes = resident->plan().model_bytes;
   const uint32_t slots = 2 * resident->spec().n_expert_used;
+  std::string why;  // the last open's refusal, or why its plan did not stream
   auto from_disk = [&](uint64_t budget, std::optional<bool> cpu) -> std::unique_ptr<engine::Model> {
     auto m = engine::Model::open(path.string(), {.n_ctx = 256, .ram_budget = budget, .backend = engine::Backend::kCuda,
                                                  .gpu = {.slots = slots, .cpu_experts = cpu}});
+    why = !m.ok() ? m.error().message : !(*m)->ram_tier() ? "no RAM tier" : "RAM tier resident";
     if (!m.ok() || !(*m)->ram_tier() || (*m)->ram_tier()->resident()) return nullptr;
     (*m)->reset_stats();
     return std::move(*m);
@@ -151,7 +153,7 @@ TEST_P(GpuStream, ExpertsFromDiskThroughTheRamTier) {
       budget = b;
       break;
     }
-  ASSERT_TRUE(small) << name << ": no RAM budget below the model size gave a streaming plan";
+  ASSERT_TRUE(small) << name << ": no RAM budget below the model size gave a streaming plan (" << why << ")";
   const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 8, 9, 10, 11};
   auto a = session_of(*resident);
   auto b = session_of(*small);
@@ -161,7 +163,7 @@ TEST_P(GpuStream, ExpertsFromDiskThroughTheRamTier) {
   EXPECT_GT(small->stats().streamed_bytes_read, 0u);
 
   auto shared = from_disk(budget, std::nullopt);
-  ASSERT_TRUE(shared);
+  ASSERT_TRUE(shared) << name << " at a RAM budget of " << budget << " bytes: " << why;
   auto c = session_of(*shared);
   ASSERT_TRUE(c);
   const std::vector<int32_t> got = greedy_gpu(*c, prompt, 24);
