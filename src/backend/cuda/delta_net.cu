@@ -17,7 +17,12 @@ __device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1
 __device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : logf(__fadd_rn(1.0f, expf(x))); }
 
-// A thread per channel; `in` is the window's kernel - 1 rows followed by the batch's rows.
+// A thread per channel and chunk of kConvChunk tokens (blockIdx.y: a prompt of 512 spreads over 32 times the
+// threads, where a thread per channel left most SMs idle); `in` is the window's kernel - 1 rows followed by
+// the batch's rows. Chunk 0 alone reads the old window (a chunk holds at least kernel - 1 tokens), so it alone copies
+// it (save) and, after its own reads, replaces it; a batch of fewer than kernel - 1 tokens is one chunk.
+constexpr int kConvChunk = 16;
+
 __global__ void __launch_bounds__(kConvThreads)
     causal_conv1d_silu_kernel(const float* __restrict__ x, int64_t n_tok, int64_t C, const float* __restrict__ w,
                               int K, float* __restrict__ window, float* __restrict__ y, float* __restrict__ save,
@@ -25,14 +30,15 @@ __global__ void __launch_bounds__(kConvThreads)
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int64_t W = K - 1;
+  const int64_t t0 = int64_t(blockIdx.y) * kConvChunk, t1 = t0 + kConvChunk < n_tok ? t0 + kConvChunk : n_tok;
   auto in = [&](int64_t r) { return r < W ? window[r * C + c] : x[(r - W) * C + c]; };
-  if (save)
+  if (save && t0 == 0)
     for (int64_t r = 0; r < W; ++r) save[r * C + c] = in(save_after + r);
   const float* wc = w + c * K;
   // cpu::causal_conv1d's order: the products of whole groups of 8 taps, then of one group of 4, rounded and added in
   // tap order; the last taps (fewer than 4) fused into the sum.
   const int grouped = K / 8 * 8 + (K % 8 >= 4 ? 4 : 0);
-  for (int64_t t = 0; t < n_tok; ++t) {
+  for (int64_t t = t0; t < t1; ++t) {
     float sum = 0.0f;
     for (int i = 0; i < K; ++i) {
       const float v = in(t + i);
@@ -41,7 +47,8 @@ __global__ void __launch_bounds__(kConvThreads)
     y[t * C + c] = silu(sum);
   }
   // Row r of the new window is row n_tok + r of `in`: a later row than r, so not yet overwritten.
-  for (int64_t r = 0; r < W; ++r) window[r * C + c] = in(n_tok + r);
+  if (t0 == 0)
+    for (int64_t r = 0; r < W; ++r) window[r * C + c] = in(n_tok + r);
 }
 
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -125,7 +132,10 @@ void causal_conv1d_silu(const CausalConvArgs& a) {
   DF_CHECK(a.y != a.x && a.y != a.window);
   DF_CHECK(a.save == nullptr || (a.save_after > 0 && a.save_after < a.n_tok));
   if (a.n_tok == 0) return;
-  causal_conv1d_silu_kernel<<<blocks_of(a.channels, kConvThreads), kConvThreads, 0, a.stream>>>(
+  static_assert(kConvChunk >= 16 - 1);  // the longest window: chunk 0 alone reads it
+  const dim3 grid(blocks_of(a.channels, kConvThreads), blocks_of(a.n_tok, kConvChunk));
+  DF_CHECK(grid.y <= 65535);
+  causal_conv1d_silu_kernel<<<grid, kConvThreads, 0, a.stream>>>(
       a.x, a.n_tok, a.channels, a.w, a.kernel, a.window, a.y, a.save, a.save_after);
   DF_CUDA_CHECK_LAUNCH();
 }
