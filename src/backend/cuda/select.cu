@@ -32,12 +32,15 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+constexpr int kUnroll = 8;  // logits a thread loads before it counts any: a pass over 262,144 waits for L2 32 times
+
 __global__ void __launch_bounds__(kThreads) top_k_kernel(const float* __restrict__ x, int64_t n, uint32_t k,
                                                          float* __restrict__ out_v, int32_t* __restrict__ out_i) {
   __shared__ uint32_t hist[256];
-  __shared__ uint32_t s_prefix, s_rem, s_n_gt;
+  __shared__ uint32_t s_prefix, s_rem, s_n_eq, s_n_gt, s_eq_taken;
   __shared__ uint32_t s_warp[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  constexpr int64_t kStep = int64_t(kThreads) * kUnroll;
 
   // Radix select from the top byte: after the pass at `shift`, `prefix` holds the bits above and at shift of the
   // k-th largest key, and `rem` how many of the keys sharing those bits still belong to the k best.
@@ -45,16 +48,25 @@ __global__ void __launch_bounds__(kThreads) top_k_kernel(const float* __restrict
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
     __syncthreads();
-    for (int64_t base = 0; base < n; base += kThreads) {  // uniform trip count: the warp votes below need it
-      const int64_t i = base + threadIdx.x;
-      uint32_t bin = 256;  // not counted
-      if (i < n) {
-        const uint32_t key = order_key(x[i]);
-        if ((key & mask) == prefix) bin = (key >> shift) & 255u;
+    for (int64_t base = 0; base < n; base += kStep) {  // uniform trip count: the warp votes below need it
+      uint32_t bins[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t i = base + int64_t(u) * kThreads + threadIdx.x;
+        bins[u] = 256;  // not counted
+        if (i < n) {
+          const uint32_t key = order_key(x[i]);
+          if ((key & mask) == prefix) bins[u] = (key >> shift) & 255u;
+        }
       }
-      // Logits crowd into a few bins: one shared atomic per distinct bin per warp instead of one per lane.
-      const uint32_t peers = __match_any_sync(0xffffffffu, bin);
-      if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        // After the first pass few keys still share the prefix: a warp with none skips the slow match below.
+        if (!__any_sync(0xffffffffu, bins[u] < 256)) continue;
+        // Logits crowd into a few bins: one shared atomic per distinct bin per warp instead of one per lane.
+        const uint32_t peers = __match_any_sync(0xffffffffu, bins[u]);
+        if (bins[u] < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bins[u]], uint32_t(__popc(peers)));
+      }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -67,7 +79,9 @@ __global__ void __launch_bounds__(kThreads) top_k_kernel(const float* __restrict
       }
       s_prefix = prefix | (uint32_t(d) << shift);
       s_rem = rem - above;
+      s_n_eq = hist[d];  // after the last pass: the keys equal to the k-th largest
       s_n_gt = 0;
+      s_eq_taken = 0;
     }
     __syncthreads();
     prefix = s_prefix;
@@ -75,24 +89,38 @@ __global__ void __launch_bounds__(kThreads) top_k_kernel(const float* __restrict
     mask |= 255u << shift;
   }
   // Now `prefix` is the k-th largest key T: the k - rem keys above T all win, and of the keys equal to T the rem
-  // with the lowest indices (the host sort breaks ties by index, so partial_sort keeps those).
+  // with the lowest indices (the host sort breaks ties by index, so partial_sort keeps those). Where every key equal
+  // to T wins (no tie straddles the k-th place, the usual case), one pass takes all winners in any order.
   const uint32_t T = prefix, n_gt = k - rem;
+  const bool all_eq = s_n_eq == rem;
+  for (int64_t base = 0; base < n; base += kStep) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kThreads + threadIdx.x;
+      v[u] = i < n ? x[i] : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kThreads + threadIdx.x;
+      if (i >= n) continue;
+      const uint32_t key = order_key(v[u]);
+      uint32_t slot = k;
+      if (key > T) slot = atomicAdd(&s_n_gt, 1u);  // < n_gt: exactly n_gt keys are above T
+      else if (key == T && all_eq) slot = n_gt + atomicAdd(&s_eq_taken, 1u);
+      if (slot < k) {
+        out_v[slot] = v[u];
+        out_i[slot] = int32_t(i);
+      }
+    }
+  }
+  if (all_eq) return;
+  // A tie across the k-th place: the keys equal to T in index order, chunk by chunk, until rem are taken.
   uint32_t eq_seen = 0;  // keys equal to T in earlier chunks, the same in every thread
   for (int64_t base = 0; base < n; base += kThreads) {
     const int64_t i = base + threadIdx.x;
-    float v = 0.0f;
-    bool gt = false, eq = false;
-    if (i < n) {
-      v = x[i];
-      const uint32_t key = order_key(v);
-      gt = key > T;
-      eq = key == T;
-    }
-    if (gt) {
-      const uint32_t slot = atomicAdd(&s_n_gt, 1u);  // < n_gt: exactly n_gt keys are above T
-      out_v[slot] = v;
-      out_i[slot] = int32_t(i);
-    }
+    const float v = i < n ? x[i] : 0.0f;
+    const bool eq = i < n && order_key(v) == T;
     const uint32_t ballot = __ballot_sync(0xffffffffu, eq);
     if (lane == 0) s_warp[warp] = uint32_t(__popc(ballot));
     __syncthreads();
@@ -106,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) top_k_kernel(const float* __restrict
       out_i[n_gt + before] = int32_t(i);
     }
     eq_seen += chunk;
-    const bool done = eq_seen >= rem && s_n_gt == n_gt;  // read between the barriers: every thread sees the same
+    const bool done = eq_seen >= rem;  // the same in every thread
     __syncthreads();
     if (done) break;
   }
