@@ -50,8 +50,18 @@ struct Rep {
   double prefill_s = 0, decode_s = 0;
   uint64_t decode_weight_bytes = 0;  // CPU: weight bytes the decode products read
   uint64_t decode_bytes_to_gpu = 0;  // CUDA under a budget: expert bytes copied to the GPU while decoding
+  // CUDA under a budget, while decoding: the host's seconds in the streamed experts' layers, of them blocked at the
+  // routers' round trips, and computing the CPU's share (engine::SessionStats).
+  double decode_expert_host_s = 0, decode_router_wait_s = 0, decode_cpu_share_s = 0;
   engine::SessionStats session;
 };
+
+// Every sequence's stats together (their streamed experts' host times summed).
+engine::SessionStats all_stats(std::vector<engine::Session>& ss) {
+  std::vector<engine::SessionStats> each;
+  for (engine::Session& s : ss) each.push_back(s.stats());
+  return engine::sessions_together(each);
+}
 
 uint64_t bytes_to_gpu(engine::Model& model) {
   const engine::ModelStats s = model.stats();
@@ -82,7 +92,7 @@ Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rn
     next[size_t(k)] = ss.back().next_token(greedy, h);  // waits for the device
     r.prefill_s += std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  (void)ss[0].stats();  // samples the device's memory in use
+  const engine::SessionStats before = all_stats(ss);  // also samples the device's memory in use
   std::vector<engine::Session*> step;
   for (engine::Session& s : ss) step.push_back(&s);
   const uint64_t w0 = model.context().weight_bytes_read, g0 = bytes_to_gpu(model);
@@ -98,6 +108,10 @@ Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rn
   r.decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
   r.decode_weight_bytes = model.context().weight_bytes_read - w0;
   r.decode_bytes_to_gpu = bytes_to_gpu(model) - g0;
+  const engine::SessionStats after = all_stats(ss);
+  r.decode_expert_host_s = after.expert_host_s - before.expert_host_s;
+  r.decode_router_wait_s = after.expert_gpu_wait_s - before.expert_gpu_wait_s;
+  r.decode_cpu_share_s = after.expert_cpu_s - before.expert_cpu_s;
   r.session = ss[0].stats();
   for (size_t k = 1; k < ss.size(); ++k) r.session.cpu_experts += ss[k].stats().cpu_experts;
   return r;
@@ -207,6 +221,7 @@ int cmd_bench(int argc, char** argv) {
         uint64_t cpu_experts = 0;
         engine::SessionStats last;
         uint64_t decode_to_gpu = 0;
+        double decode_s = 0, expert_host_s = 0, router_wait_s = 0, cpu_share_s = 0;
         for (int64_t r = 0; r < *reps; ++r) {
           auto rep = one_rep(*model, p, n, rng, np);
           if (!rep) return fail(rep.error().message);
@@ -216,6 +231,10 @@ int cmd_bench(int argc, char** argv) {
             wgbs.push_back(double(rep->decode_weight_bytes) / rep->decode_s / 1e9);
           }
           decode_to_gpu += rep->decode_bytes_to_gpu;
+          decode_s += rep->decode_s;
+          expert_host_s += rep->decode_expert_host_s;
+          router_wait_s += rep->decode_router_wait_s;
+          cpu_share_s += rep->decode_cpu_share_s;
           timed_s += rep->prefill_s + rep->decode_s;
           cpu_experts += rep->session.cpu_experts;
           last = rep->session;
@@ -290,6 +309,16 @@ int cmd_bench(int argc, char** argv) {
           j["h2d_GBps"] = ms.gpu->load_GBps();
           j["h2d_busy_share"] = timed_s > 0 ? ms.gpu->load_seconds / timed_s : 0.0;
           j["decode_bytes_to_gpu_per_token"] = generated ? double(decode_to_gpu) / double(generated) : 0.0;
+          // A decode step (every sequence's token) split by what the host was doing: blocked at the routers' round
+          // trips, computing the CPU's share, planning the experts (schedule, pins, copies and launches queued), and
+          // the rest (the layers' other launches, the logits and the choice of the token).
+          const double steps = double(*reps * n), ms = 1e3 / std::max(steps, 1.0);
+          j["decode_step_ms"] = n > 0 ? json{{"total", decode_s * ms},
+                                             {"router_wait", router_wait_s * ms},
+                                             {"cpu_share", cpu_share_s * ms},
+                                             {"expert_planning", (expert_host_s - router_wait_s - cpu_share_s) * ms},
+                                             {"rest", (decode_s - expert_host_s) * ms}}
+                                      : json(nullptr);
         }
         if (!text.empty() && n > 0) {
           // The same configuration on the text's windows, its own counters.
@@ -372,6 +401,13 @@ int cmd_bench(int argc, char** argv) {
     if (j.contains("decode_bytes_to_gpu_per_token") && n > 0)
       std::printf("  decode copied %s of experts to the GPU per generated token\n",
                   format_size(uint64_t(j["decode_bytes_to_gpu_per_token"].get<double>())).c_str());
+    if (j.contains("decode_step_ms") && !j["decode_step_ms"].is_null()) {
+      const json& t = j["decode_step_ms"];
+      std::printf("  decode step %.2f ms: %.2f waiting for the GPU at the routers, %.2f on the CPU's share, %.2f "
+                  "planning the experts, %.2f the rest\n",
+                  t["total"].get<double>(), t["router_wait"].get<double>(), t["cpu_share"].get<double>(),
+                  t["expert_planning"].get<double>(), t["rest"].get<double>());
+    }
     if (j.contains("ram_hit_rate"))
       std::printf("  disk     %s read in the timed runs (%.2f GB/s), RAM cache hit rate %.1f%%\n",
                   format_size(j["bytes_from_disk"].get<uint64_t>()).c_str(), j["disk_GBps"].get<double>(),

@@ -36,6 +36,9 @@ SessionStats sessions_together(std::span<const SessionStats> each) {
     if (all.own_device_bytes && s.own_device_bytes) *all.own_device_bytes += *s.own_device_bytes;
     if (s.device_used_peak) all.device_used_peak = std::max(all.device_used_peak.value_or(0), *s.device_used_peak);
     all.cpu_experts += s.cpu_experts;
+    all.expert_host_s += s.expert_host_s;
+    all.expert_gpu_wait_s += s.expert_gpu_wait_s;
+    all.expert_cpu_s += s.expert_cpu_s;
   }
   return all;
 }

@@ -1,6 +1,6 @@
 // bench --backend cuda through the CLI: all resident, and under --gpu-budget with the experts streamed (with and
 // without the CPU's share of decode): the JSON carries the streaming fields, the device memory in use stays within
-// the budget, and a budget too small is refused with the numbers.
+// the budget, a decode step is split into what the host did, and a budget too small is refused with the numbers.
 #include <nlohmann/json.hpp>
 
 #include "diskformer/cudart/devices.h"
@@ -59,6 +59,19 @@ TEST(BenchCuda, ResidentAndStreamedUnderABudget) {
     EXPECT_GT(s["bytes_from_ram"].get<uint64_t>(), 0u);
     EXPECT_GT(s["h2d_GBps"].get<double>(), 0.0);
     EXPECT_LE(s["gpu_mem_peak_bytes"].get<uint64_t>(), budget);
+    // A decode step split by what the host did: the parts are times within the step, so none is negative and the
+    // experts' three do not pass the step; without the CPU's share it takes no time.
+    const nlohmann::json& t = s["decode_step_ms"];
+    ASSERT_TRUE(t.is_object()) << extra;
+    EXPECT_GT(t["total"].get<double>(), 0.0);
+    for (const char* part : {"router_wait", "cpu_share", "expert_planning", "rest"}) {
+      EXPECT_GE(t[part].get<double>(), 0.0) << part;
+      EXPECT_LE(t[part].get<double>(), t["total"].get<double>()) << part;
+    }
+    EXPECT_GT(t["router_wait"].get<double>(), 0.0);
+    if (!std::string(extra).empty()) {
+      EXPECT_EQ(t["cpu_share"].get<double>(), 0.0);
+    }
   }
   const CliRun tiny = run_cli_capture("bench " + m + " --gpu-budget 8M -p 8 -n 2 -r 1 --json");
   EXPECT_EQ(tiny.status, 1);

@@ -24,6 +24,9 @@ struct SessionStats {
   std::optional<uint64_t> own_device_bytes;  // the part of it that is this session's own (KV cache, state, logits)
   std::optional<uint64_t> device_used_peak;  // driver-reported use of the whole device, peak of its samples
   uint64_t cpu_experts = 0;                  // streamed experts the CPU computed instead of the GPU (decode)
+  // CUDA with streamed experts: the host's seconds in their layers so far, and of them those blocked on the GPU at
+  // the routers' round trips and those computing the CPU's share (the rest plans and queues copies and launches).
+  double expert_host_s = 0, expert_gpu_wait_s = 0, expert_cpu_s = 0;
 };
 
 // The sessions of one model together (the server's slots): the model's GPU memory once and every session's own, the

@@ -21,6 +21,19 @@ void reserve_pinned(io::AlignedBuffer& b, uint64_t bytes) {
   b = std::move(*r);
 }
 
+// Adds the seconds from its making to its end to `to`.
+class AddSeconds {
+ public:
+  explicit AddSeconds(double& to) : to_(to), t0_(std::chrono::steady_clock::now()) {}
+  ~AddSeconds() { to_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  AddSeconds(const AddSeconds&) = delete;
+  AddSeconds& operator=(const AddSeconds&) = delete;
+
+ private:
+  double& to_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 }  // namespace
 
 void RoutedExperts::guess(const GpuLayer& next, int64_t n) {
@@ -157,6 +170,7 @@ void RoutedExperts::ungrouped(const GpuLayer& l, int64_t n) {
 
 void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out) {
   if (!status_.ok()) return;  // an earlier layer's read failed: eval reports it
+  const AddSeconds whole(times_.total_s);
   const model::ModelSpec& s = m_.spec;
   const StreamedExperts& st = *m_.streamed;
   cache::DeviceTier& tier = *st.gpu;
@@ -183,7 +197,10 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
     DF_CUDA_CHECK(cudaMemcpyAsync(xn_host_.data(), at<float>(Buf::xn), n * E * 4, cudaMemcpyDeviceToHost, stream));
     DF_CUDA_CHECK(cudaMemcpyAsync(wts_host_.data(), at<float>(Buf::wts), nk * 4, cudaMemcpyDeviceToHost, stream));
   }
-  DF_CUDA_CHECK(cudaStreamSynchronize(stream));
+  {
+    const AddSeconds wait(times_.gpu_wait_s);
+    DF_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
 
   const model::ExpertLayout& layout = st.layouts->experts[il];
   const uint32_t next = il + 1;
@@ -375,6 +392,7 @@ int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, flo
                        glu_ == Glu::kGelu ? cpu::GateActivation::kGeGlu : cpu::GateActivation::kSwiGlu,
                        /*shared_in=*/one, /*cuda_order=*/true);
   const auto t1 = std::chrono::steady_clock::now();
+  times_.cpu_s += std::chrono::duration<double>(t1 - t0).count();
   // The pool's threads still spin if the last share ended less than their spin time ago.
   const bool warm = t0 - cpu_done_ < cpu::ThreadPool::kSpinTime;
   cpu_rate_.add(std::chrono::duration<double>(t1 - t0).count(), uint64_t(weighted_bytes), warm);

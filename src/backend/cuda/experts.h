@@ -41,6 +41,7 @@ class RoutedExperts {
   // A streamed read failed during this pass (the rest of the pass is skipped); taken once.
   Status take_status() { return std::exchange(status_, Status{}); }
   uint64_t cpu_experts() const { return cpu_count_; }
+  const ExpertHostTimes& host_times() const { return times_; }
   // Layer il's expert matrices as the kernels read them: slot s of the GPU tier's planes at data + s * stride when
   // they stream, the stacked tensors' expert 0 otherwise.
   model::ExpertWeights matrices(const GpuLayer& l, uint32_t il) const;
@@ -90,6 +91,7 @@ class RoutedExperts {
   // misses gives it one expert, computed while the threads still spin, so that a warm sample follows every cold one.
   bool warm_sample_due_ = false;
   uint64_t cpu_count_ = 0;     // experts the CPU computed
+  ExpertHostTimes times_;
 };
 
 }  // namespace df::cuda

@@ -109,6 +109,7 @@ GpuSession::~GpuSession() {
 }
 
 uint64_t GpuSession::cpu_experts_computed() const { return forward_->experts().cpu_experts(); }
+ExpertHostTimes GpuSession::expert_host_times() const { return forward_->experts().host_times(); }
 
 Status GpuSession::eval(std::span<const int32_t> tokens, bool all_logits) {
   const model::ModelSpec& s = model_.spec;

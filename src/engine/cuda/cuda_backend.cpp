@@ -279,12 +279,16 @@ uint32_t CudaSequence::n_vocab() const { return b_.n_vocab(); }
 
 SessionStats CudaSequence::stats() {
   sample_memory();
+  const cuda::ExpertHostTimes t = s_->expert_host_times();
   return {.backend = "cuda",
           .device = b_.device_name(),
           .device_bytes = b_.device_bytes() + s_->device_bytes() + sampler_.device_bytes(),
           .own_device_bytes = s_->device_bytes() + sampler_.device_bytes(),
           .device_used_peak = used_peak_,
-          .cpu_experts = s_->cpu_experts_computed()};
+          .cpu_experts = s_->cpu_experts_computed(),
+          .expert_host_s = t.total_s,
+          .expert_gpu_wait_s = t.gpu_wait_s,
+          .expert_cpu_s = t.cpu_s};
 }
 
 }  // namespace

@@ -41,6 +41,15 @@ struct StreamedExperts {
   bool prefetch = false;             // decode copies the next layer's guessed experts ahead
 };
 
+// Where the host's time in the streamed experts' layers went, seconds summed over the layers so far: all of it, the
+// part blocked at the router's round trip (the GPU finishing the layer's attention and router, and the copies and
+// products queued before them), and the part computing the CPU's share (while the GPU copies and multiplies the rest).
+// What is left is planning: the schedule, the slots' pins (which wait where earlier copies still hold the staging
+// buffers), the copies and launches queued.
+struct ExpertHostTimes {
+  double total_s = 0, gpu_wait_s = 0, cpu_s = 0;
+};
+
 struct GpuModel {
   model::ModelSpec spec;
   const GpuWeights* weights = nullptr;
@@ -107,6 +116,8 @@ class GpuSession {
   uint64_t device_bytes() const;
   // Streamed experts the CPU computed instead of the GPU.
   uint64_t cpu_experts_computed() const;
+  // The host's time in the streamed experts' layers (zero where every expert is resident).
+  ExpertHostTimes expert_host_times() const;
   // Forgets positions from n_keep on (their cache entries are overwritten by the next eval). A hybrid model's state
   // goes back to its newest copy at or before n_keep; the next eval recomputes the kept positions after it.
   void truncate(uint32_t n_keep);
