@@ -113,7 +113,7 @@ Result<Rep> one_rep(engine::Model& model, int64_t p, int64_t n, std::mt19937& rn
   r.decode_router_wait_s = after.expert_gpu_wait_s - before.expert_gpu_wait_s;
   r.decode_cpu_share_s = after.expert_cpu_s - before.expert_cpu_s;
   r.session = ss[0].stats();
-  for (size_t k = 1; k < ss.size(); ++k) r.session.cpu_experts += ss[k].stats().cpu_experts;
+  r.session.cpu_experts = after.cpu_experts;
   return r;
 }
 
@@ -312,12 +312,12 @@ int cmd_bench(int argc, char** argv) {
           // A decode step (every sequence's token) split by what the host was doing: blocked at the routers' round
           // trips, computing the CPU's share, planning the experts (schedule, pins, copies and launches queued), and
           // the rest (the layers' other launches, the logits and the choice of the token).
-          const double steps = double(*reps * n), ms = 1e3 / std::max(steps, 1.0);
-          j["decode_step_ms"] = n > 0 ? json{{"total", decode_s * ms},
-                                             {"router_wait", router_wait_s * ms},
-                                             {"cpu_share", cpu_share_s * ms},
-                                             {"expert_planning", (expert_host_s - router_wait_s - cpu_share_s) * ms},
-                                             {"rest", (decode_s - expert_host_s) * ms}}
+          const double to_ms = 1e3 / std::max(double(*reps * n), 1.0);  // seconds of all steps -> ms a step
+          j["decode_step_ms"] = n > 0 ? json{{"total", decode_s * to_ms},
+                                             {"router_wait", router_wait_s * to_ms},
+                                             {"cpu_share", cpu_share_s * to_ms},
+                                             {"expert_planning", (expert_host_s - router_wait_s - cpu_share_s) * to_ms},
+                                             {"rest", (decode_s - expert_host_s) * to_ms}}
                                       : json(nullptr);
         }
         if (!text.empty() && n > 0) {
