@@ -39,7 +39,8 @@ TEST(GpuSelect, TopKKeepsThePartialSortSet) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   int64_t bad_cases = 0;
-  for (int64_t n : {int64_t(1), int64_t(33), int64_t(1000), int64_t(151936)})
+  cuda::DeviceBuffer work(cuda::top_k_work_bytes());
+  for (int64_t n : {int64_t(1), int64_t(33), int64_t(1000), int64_t(151936), int64_t(262144)})
     for (bool ties : {false, true})
       for (int32_t k : {1, 2, 40, 1000, 151936}) {
         if (k > n) continue;
@@ -50,7 +51,7 @@ TEST(GpuSelect, TopKKeepsThePartialSortSet) {
         want.resize(size_t(k));
         cuda::DeviceBuffer dx = cuda::to_device(x), dv(uint64_t(k) * 4), di(uint64_t(k) * 4);
         cuda::top_k({.x = dx.as<float>(), .n = n, .k = k, .values = dv.as<float>(), .ids = di.as<int32_t>(),
-                     .stream = stream});
+                     .work = work.data(), .stream = stream});
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         const auto v = cuda::to_host(dv.as<float>(), uint64_t(k));
         const auto id = cuda::to_host(di.as<int32_t>(), uint64_t(k));
@@ -76,7 +77,7 @@ TEST(GpuSelect, TopKKeepsThePartialSortSet) {
     cudaEventRecord(e0, stream);
     for (int r = 0; r < reps; ++r)
       cuda::top_k({.x = dx.as<float>(), .n = V, .k = k, .values = bv.as<float>(), .ids = bi.as<int32_t>(),
-                   .stream = stream});
+                   .work = work.data(), .stream = stream});
     cudaEventRecord(e1, stream);
     cudaEventSynchronize(e1);
     float ms = 0;

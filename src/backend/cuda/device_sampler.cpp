@@ -76,7 +76,9 @@ int32_t DeviceSampler::sample(sampling::Sampler& sampler, const float* logits, i
   const int32_t k = greedy ? 1 : p.top_k;
   grow(top_v_, uint64_t(k) * sizeof(float));
   grow(top_i_, uint64_t(k) * sizeof(int32_t));
-  top_k({.x = x, .n = n_vocab, .k = k, .values = top_v_.as<float>(), .ids = top_i_.as<int32_t>(), .stream = stream});
+  grow(top_work_, top_k_work_bytes());
+  top_k({.x = x, .n = n_vocab, .k = k, .values = top_v_.as<float>(), .ids = top_i_.as<int32_t>(),
+         .work = top_work_.data(), .stream = stream});
   values_host_.resize(size_t(k));
   ids_host_.resize(size_t(k));
   DF_CUDA_CHECK(cudaMemcpyAsync(values_host_.data(), top_v_.data(), uint64_t(k) * sizeof(float),

@@ -29,7 +29,7 @@ class DeviceSampler {
                  std::span<const int32_t> history);
   // Device memory of the work buffers (they grow to the largest vocabulary, k and penalty window seen).
   uint64_t device_bytes() const {
-    return work_.size() + recent_.size() + banned_.size() + top_v_.size() + top_i_.size();
+    return work_.size() + recent_.size() + banned_.size() + top_v_.size() + top_i_.size() + top_work_.size();
   }
 
  private:
@@ -40,6 +40,7 @@ class DeviceSampler {
   DeviceBuffer banned_;  // [n] int32: banned ids inside the vocabulary
   DeviceBuffer top_v_;   // [k] f32
   DeviceBuffer top_i_;   // [k] int32
+  DeviceBuffer top_work_;  // top_k's scratch
   std::vector<int32_t> recent_host_;
   std::vector<int32_t> banned_host_;
   std::vector<float> values_host_;

@@ -32,16 +32,20 @@ void ban_tokens(const BanArgs& a);
 
 // The k best entries of x [n] under (higher value, then lower index) — the set the CPU sampler's partial_sort keeps,
 // ties at the cut resolved toward the lower index — written as (value, index) pairs in no particular order.
-// -0.0 ranks equal to +0.0 (as float comparison has it); NaN ranks below every number. One block of 1024 threads:
-// a radix select over order-preserving keys (4 passes of 8 bits), then one pass that gathers the winners.
+// -0.0 ranks equal to +0.0 (as float comparison has it); NaN ranks below every number. A radix select over
+// order-preserving keys, 4 passes of 8 bits, each counted by blocks over the whole row into a histogram that one
+// thread reads; then a pass that gathers the winners, and where a tie straddles the k-th place, one block that takes
+// the tied keys in index order.
 struct TopKArgs {
   const float* x = nullptr;     // [n]
   int64_t n = 0;
   int32_t k = 0;                // 1 <= k <= n
   float* values = nullptr;      // [k] out
   int32_t* ids = nullptr;       // [k] out
+  void* work = nullptr;         // [top_k_work_bytes()] device scratch; one selection at a time
   cudaStream_t stream = nullptr;
 };
+uint64_t top_k_work_bytes();
 void top_k(const TopKArgs& a);
 
 }  // namespace df::cuda
