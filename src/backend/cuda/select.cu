@@ -47,6 +47,16 @@ struct TopKWork {
   uint32_t n_eq, n_gt_taken, n_eq_taken;
 };
 
+// The logits of one round of a block-strided pass: kUnroll of them a thread, all loaded before any is used (NaN,
+// the lowest key, past the end).
+__device__ __forceinline__ void load_round(const float* __restrict__ x, int64_t n, int64_t base, float (&v)[kUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t i = base + int64_t(u) * kThreads + threadIdx.x;
+    v[u] = i < n ? x[i] : __int_as_float(0x7fc00000);
+  }
+}
+
 // Pass p's digit counts of the keys that share the prefix found so far: each block counts its share of the row in
 // shared memory, then adds its bins into the pass's histogram.
 __global__ void __launch_bounds__(kThreads) top_k_count_kernel(const float* __restrict__ x, int64_t n,
@@ -60,15 +70,14 @@ __global__ void __launch_bounds__(kThreads) top_k_count_kernel(const float* __re
   const int64_t step = int64_t(gridDim.x) * kThreads * kUnroll;
   // Uniform trip count within a warp: the votes below need every lane.
   for (int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll; base < n; base += step) {
+    float v[kUnroll];
+    load_round(x, n, base, v);
     uint32_t bins[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kThreads + threadIdx.x;
-      bins[u] = 256;  // not counted
-      if (i < n) {
-        const uint32_t key = order_key(x[i]);
-        if ((key & mask) == prefix) bins[u] = (key >> shift) & 255u;
-      }
+      const uint32_t key = order_key(v[u]);
+      const bool counted = base + int64_t(u) * kThreads + threadIdx.x < n && (key & mask) == prefix;
+      bins[u] = counted ? (key >> shift) & 255u : 256;  // 256: not counted
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -108,11 +117,7 @@ __global__ void __launch_bounds__(kThreads) top_k_gather_kernel(const float* __r
   const int64_t step = int64_t(gridDim.x) * kThreads * kUnroll;
   for (int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll; base < n; base += step) {
     float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kThreads + threadIdx.x;
-      v[u] = i < n ? x[i] : -INFINITY;
-    }
+    load_round(x, n, base, v);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t i = base + int64_t(u) * kThreads + threadIdx.x;
