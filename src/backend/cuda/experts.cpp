@@ -392,10 +392,11 @@ int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, flo
                        glu_ == Glu::kGelu ? cpu::GateActivation::kGeGlu : cpu::GateActivation::kSwiGlu,
                        /*shared_in=*/one, /*cuda_order=*/true);
   const auto t1 = std::chrono::steady_clock::now();
-  times_.cpu_s += std::chrono::duration<double>(t1 - t0).count();
+  const double took_s = std::chrono::duration<double>(t1 - t0).count();
+  times_.cpu_s += took_s;
   // The pool's threads still spin if the last share ended less than their spin time ago.
   const bool warm = t0 - cpu_done_ < cpu::ThreadPool::kSpinTime;
-  cpu_rate_.add(std::chrono::duration<double>(t1 - t0).count(), uint64_t(weighted_bytes), warm);
+  cpu_rate_.add(took_s, uint64_t(weighted_bytes), warm);
   warm_sample_due_ = !warm;
   cpu_done_ = t1;
   cpu_count_ += uint64_t(C);
