@@ -1,7 +1,8 @@
 // The Gated DeltaNet kernels against the CPU's (backend/cpu/delta_net.h) on random data, for a decode step and for a
 // batch with a copy of the state inside it: the convolution's window and copy bit for bit (copies of inputs), its
 // outputs within the SiLU's rounding (the CPU's SIMD SiLU, the GPU's expf); the L2 norm within a few ulps; the delta
-// rule's outputs and state within the f32 summation order of its 128-term dot products, over every token.
+// rule's outputs and state within the f32 summation order of its 128-term dot products, over every token, token by
+// token and in chunks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -122,27 +123,35 @@ TEST_P(CudaDeltaNet, GatedDeltaRuleMatchesTheCpu) {
                               .save_after = save_after});
 
   auto dconv = upload_floats(conv), dalpha = upload_floats(alpha), dbeta = upload_floats(beta_in);
-  auto dbias = upload_floats(dt_bias), da = upload_floats(a_scale), dstate = upload_floats(state0);
-  cuda::DeviceBuffer dout(n * Hv * S * 4), dsave(Hv * S * S * 4);
-  const float* c = dconv.as<float>();
-  cuda::gated_delta_rule({.q = c, .k = c + Hk * S, .v = c + 2 * Hk * S, .stride = stride, .alpha = dalpha.as<float>(),
-                          .beta = dbeta.as<float>(), .dt_bias = dbias.as<float>(), .a_scale = da.as<float>(),
-                          .state = dstate.as<float>(), .out = dout.as<float>(), .n_tok = n, .n_k_heads = int(Hk),
-                          .n_v_heads = int(Hv), .head_dim = int(S),
-                          .save = save_after ? dsave.as<float>() : nullptr, .save_after = save_after});
-  const double d_out = rel_diff(download<float>(dout, want.size()), want);
-  const double d_state = rel_diff(download<float>(dstate, state.size()), state);
-  const double d_save = save_after ? rel_diff(download<float>(dsave, want_save.size()), want_save) : 0.0;
-  std::printf("[delta-net rule] n %lld: max rel diff out %.3g, state %.3g, copy %.3g\n", (long long)n, d_out, d_state,
-              d_save);
-  // The gates' libm and CUDA exponentials differ by an ulp or two and every token's dot products by their order;
-  // the state carries both from token to token. A wrong index is off by the values' own size.
-  EXPECT_LE(d_out, 1e-4);
-  EXPECT_LE(d_state, 1e-4);
-  EXPECT_LE(d_save, 1e-4);
+  auto dbias = upload_floats(dt_bias), da = upload_floats(a_scale);
+  cuda::DeviceBuffer dwork(std::max<uint64_t>(cuda::gated_delta_rule_work_bytes(n, int(Hv)), 4));
+  // Token by token, then (runs of 16 tokens or more) in chunks: both within f32 rounding of the CPU's recurrence.
+  for (const bool chunked : {false, true}) {
+    auto dstate = upload_floats(state0);
+    cuda::DeviceBuffer dout(n * Hv * S * 4), dsave(Hv * S * S * 4);
+    const float* c = dconv.as<float>();
+    cuda::gated_delta_rule({.q = c, .k = c + Hk * S, .v = c + 2 * Hk * S, .stride = stride,
+                            .alpha = dalpha.as<float>(), .beta = dbeta.as<float>(), .dt_bias = dbias.as<float>(),
+                            .a_scale = da.as<float>(), .state = dstate.as<float>(), .out = dout.as<float>(),
+                            .n_tok = n, .n_k_heads = int(Hk), .n_v_heads = int(Hv), .head_dim = int(S),
+                            .save = save_after ? dsave.as<float>() : nullptr, .save_after = save_after,
+                            .work = chunked ? dwork.as<float>() : nullptr});
+    const double d_out = rel_diff(download<float>(dout, want.size()), want);
+    const double d_state = rel_diff(download<float>(dstate, state.size()), state);
+    const double d_save = save_after ? rel_diff(download<float>(dsave, want_save.size()), want_save) : 0.0;
+    std::printf("[delta-net rule] n %lld %s: max rel diff out %.3g, state %.3g, copy %.3g\n", (long long)n,
+                chunked ? "chunked" : "by token", d_out, d_state, d_save);
+    // The gates' libm and CUDA exponentials differ by an ulp or two and every token's dot products by their order
+    // (the chunks' by their form); the state carries both from token to token. A wrong index is off by the values'
+    // own size.
+    EXPECT_LE(d_out, 1e-4);
+    EXPECT_LE(d_state, 1e-4);
+    EXPECT_LE(d_save, 1e-4);
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokens, CudaDeltaNet, ::testing::Values(int64_t(1), int64_t(2), int64_t(37)),
+INSTANTIATE_TEST_SUITE_P(Tokens, CudaDeltaNet, ::testing::Values(int64_t(1), int64_t(2), int64_t(37), int64_t(64),
+                                                                    int64_t(150)),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
 // The attention layer's query split and output gate, and the shared expert's gated add, against the CPU forward's

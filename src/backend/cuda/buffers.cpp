@@ -47,6 +47,11 @@ uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t
   return uint64_t(n_head) * uint64_t(slots) * uint64_t(head_dim_v + 2) * 4;
 }
 
+uint64_t gated_delta_rule_work_bytes(int64_t n_tok, int n_v_heads) {
+  if (n_tok <= 0) return 0;
+  return uint64_t((n_tok + kDeltaChunk - 1) / kDeltaChunk) * uint64_t(n_v_heads) * kDeltaChunkWorkFloats * 4;
+}
+
 int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots) {
   // Each expert with c slots makes ceil(c / T) <= floor(c / T) + 1 tiles, the floors sum to at most n_slots / T, and
   // at most min(n_expert, n_slots) experts have slots.
@@ -68,7 +73,7 @@ const char* buf_name(Buf b) {
       "dequantized weight tiles", "sliding layers' RoPE table", "dense FFN outputs", "expert sums",
       "per-layer inputs", "per-layer embedding rows", "per-layer input gates", "gated queries",
       "DeltaNet projections", "DeltaNet convolution outputs", "DeltaNet output gates", "DeltaNet decay inputs",
-      "DeltaNet update rates", "DeltaNet outputs", "shared expert gates", "recurrent state", "recurrent state copy"};
+      "DeltaNet update rates", "DeltaNet outputs", "DeltaNet chunk matrices", "shared expert gates", "recurrent state", "recurrent state copy"};
   return names[int(b)];
 }
 
@@ -181,6 +186,7 @@ BufferTable session_buffers(const model::ModelSpec& s, const SessionShape& sh) {
     set(Buf::ssm_alpha, B * d.n_v_heads * 4);
     set(Buf::ssm_beta, B * d.n_v_heads * 4);
     set(Buf::ssm_core, B * d.v_dim() * 4);
+    set(Buf::ssm_chunks, gated_delta_rule_work_bytes(int64_t(B), int(d.n_v_heads)));
     set(Buf::sh_logit, B * 4);
     set(Buf::rec_state, recurrent_state_bytes(s));
     set(Buf::rec_save, recurrent_state_bytes(s));

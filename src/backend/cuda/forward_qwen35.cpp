@@ -63,7 +63,7 @@ void HybridForward::delta_net(const GpuLayer& l, uint32_t slot, int64_t n) {
                     .dt_bias = l.ssm_dt_bias.f32(), .a_scale = l.ssm_a.f32(), .state = ssm_at(Buf::rec_state),
                     .out = core, .n_tok = n, .n_k_heads = int(d.n_k_heads), .n_v_heads = int(Hv),
                     .head_dim = int(S), .save = save ? ssm_at(Buf::rec_save) : nullptr, .save_after = save_after_,
-                    .stream = m_.stream});
+                    .work = at<float>(Buf::ssm_chunks), .stream = m_.stream});
   // The gated norm per v head: rmsnorm(out) * ssm_norm * silu(z).
   rms_norm({.x = core, .weight = l.ssm_norm.f32(), .y = core, .n_rows = n * Hv, .cols = S, .eps = s.norm_eps,
             .stream = m_.stream});

@@ -33,6 +33,12 @@ constexpr int kAttentionMinPart = 16;
 constexpr int kAttentionMaxSlots = 128;
 uint64_t attention_work_bytes(int64_t n_tok, int n_head, int head_dim_v, int64_t n_ctx);
 
+// The chunked delta rule's matrices for batches of up to n_tok tokens: per chunk of kDeltaChunk tokens and v head,
+// T and P (kDeltaChunk x kDeltaChunk each), the cumulative log decays and the update rates.
+constexpr int kDeltaChunk = 64;
+constexpr int64_t kDeltaChunkWorkFloats = 2 * kDeltaChunk * kDeltaChunk + 2 * kDeltaChunk;
+uint64_t gated_delta_rule_work_bytes(int64_t n_tok, int n_v_heads);
+
 // moe_plan's tiles for n_slots (token, slot) pairs over n_expert experts: each expert with c slots makes at most
 // c / tile_slots + 1 tiles.
 int64_t moe_max_tiles(int64_t n_slots, int32_t n_expert, int32_t tile_slots = 8);
@@ -82,6 +88,7 @@ enum class Buf : int {
   ssm_z,       // [max_batch][v_dim] f32: the output gate's projections
   ssm_alpha, ssm_beta,  // [max_batch][n_v_heads] f32: the decay's and the update rate's projections
   ssm_core,    // [max_batch][v_dim] f32: the delta rule's outputs, then gated-normed
+  ssm_chunks,  // gated_delta_rule_work_bytes(max_batch, n_v_heads): the chunked delta rule's matrices
   sh_logit,    // [max_batch] f32: the shared expert's gate logits
   rec_state,   // recurrent_state_bytes: the DeltaNet layers' state, updated by every eval
   rec_save,    // recurrent_state_bytes: the state at a position inside a batch (a sequence's copies)

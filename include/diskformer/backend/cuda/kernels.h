@@ -483,9 +483,10 @@ struct L2NormHeadsArgs {
 void l2_norm_heads(const L2NormHeadsArgs& a);
 
 // cpu::gated_delta_rule with its gates computed inside (as the CPU forward computes them: beta = sigmoid(beta_in),
-// g = softplus(alpha + dt_bias) * a_scale, each step rounded): a warp per row j of a v head's state (the row output j
-// reads, RecurrentState's layout), which stays in registers over the batch's tokens in order; its dot products sum
-// in another order than the CPU's, its updates are the same fused multiply-adds.
+// g = softplus(alpha + dt_bias) * a_scale, each step rounded). Short runs go token by token: a warp per row j of a v
+// head's state (the row output j reads, RecurrentState's layout), in registers over the batch's tokens in order; its
+// dot products sum in another order than the CPU's, its updates are the same fused multiply-adds. Given work, runs
+// of 16 tokens or more take the chunked form (delta_net.cu), whose sums differ from the recurrence's by f32 rounding.
 struct GatedDeltaRuleArgs {
   const float* q = nullptr;        // token t's q head j at q + t * stride + j * head_dim (L2-normalized)
   const float* k = nullptr;        // likewise
@@ -501,6 +502,7 @@ struct GatedDeltaRuleArgs {
   int n_k_heads = 0, n_v_heads = 0, head_dim = 0;  // head_dim 64 or 128; v head h reads q/k head h % n_k_heads
   float* save = nullptr;           // or null: the state after the first save_after tokens (0 < save_after < n_tok)
   int64_t save_after = 0;
+  float* work = nullptr;           // gated_delta_rule_work_bytes(n_tok, n_v_heads), or null: token by token
   cudaStream_t stream = nullptr;
 };
 void gated_delta_rule(const GatedDeltaRuleArgs& a);
