@@ -373,6 +373,31 @@ TEST(CudaKernels, Gemma4StepsMatchCpu) {
     for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(within_ulps(got[i], want[i], 4) || std::fabs(got[i] - want[i]) < 1e-6f) << i;
     EXPECT_EQ(download<float>(dy, n), y);  // the input is left alone
   }
+  // The MoE block's three post-norms in one launch: the three launches' values bit for bit, at gemma4 26B-A4B's
+  // width and past the fused kernel's (which takes the three launches).
+  for (const int64_t w_cols : {int64_t(2816), int64_t(4100)}) {
+    const int64_t nn = rows * w_cols;
+    auto a = random_floats(nn, 82, -3.0f, 3.0f), b = random_floats(nn, 83, -5.0f, 5.0f);
+    auto x = random_floats(nn, 84, -4.0f, 4.0f);
+    auto wa = random_floats(w_cols, 85, 0.5f, 1.5f), wb = random_floats(w_cols, 86, 0.5f, 1.5f);
+    auto w = random_floats(w_cols, 87, 0.5f, 1.5f);
+    const std::vector<float> s_host = {0.625f};
+    auto da = cuda::to_device(a), db = cuda::to_device(b), dx = cuda::to_device(x), dwa = cuda::to_device(wa);
+    auto dwb = cuda::to_device(wb), dw = cuda::to_device(w), ds = cuda::to_device(s_host);
+    auto da2 = cuda::to_device(a), dx2 = cuda::to_device(x);
+    cuda::rms_norm({.x = da.as<float>(), .weight = dwa.as<float>(), .y = da.as<float>(), .n_rows = rows,
+                    .cols = w_cols, .eps = 1e-6f});
+    cuda::rms_norm({.x = db.as<float>(), .weight = dwb.as<float>(), .n_rows = rows, .cols = w_cols, .eps = 1e-6f,
+                    .add_to = da.as<float>()});
+    cuda::rms_norm({.x = da.as<float>(), .weight = dw.as<float>(), .n_rows = rows, .cols = w_cols, .eps = 1e-6f,
+                    .add_to = dx.as<float>(), .then_scale = ds.as<float>()});
+    cuda::moe_post_norms({.a = da2.as<float>(), .wa = dwa.as<float>(), .b = db.as<float>(), .wb = dwb.as<float>(),
+                          .w = dw.as<float>(), .x = dx2.as<float>(), .then_scale = ds.as<float>(), .n_rows = rows,
+                          .cols = w_cols, .eps = 1e-6f});
+    const auto want = download<float>(dx, nn);
+    EXPECT_EQ(download<float>(dx2, nn), want) << w_cols;
+    EXPECT_NE(want, x);
+  }
   {  // routing with each weight times its expert's scale: the same experts, each weight times the scale
     const int X = 16, K = 8, T = 3;
     const auto logits = random_floats(T * X, 77, -3.0f, 3.0f), sc = random_floats(X, 78, 0.5f, 2.0f);

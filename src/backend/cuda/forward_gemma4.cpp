@@ -133,11 +133,9 @@ void Gemma4Forward::ffn(const GpuLayer& l, uint32_t il, int64_t n) {
   // The experts' sum normed, plus the dense MLP's output normed, normed again into the residual stream.
   float* sum = at<float>(Buf::moe_out);
   experts_.run(l, il, n, xq, fused && xq != nullptr, sum);
-  rms_norm({.x = sum, .weight = l.ffn_post_norm_2.f32(), .y = sum, .n_rows = n, .cols = E, .eps = s.norm_eps,
-            .stream = m_.stream});
-  rms_norm({.x = f, .weight = l.ffn_post_norm_1.f32(), .n_rows = n, .cols = E, .eps = s.norm_eps, .stream = m_.stream,
-            .add_to = sum});
-  add_normed(sum, l.ffn_post_norm, n, out_scale);
+  moe_post_norms({.a = sum, .wa = l.ffn_post_norm_2.f32(), .b = f, .wb = l.ffn_post_norm_1.f32(),
+                  .w = l.ffn_post_norm.f32(), .x = x, .then_scale = out_scale, .n_rows = n, .cols = E,
+                  .eps = s.norm_eps, .stream = m_.stream});
 }
 
 void Gemma4Forward::ple_block(const GpuLayer& l, uint32_t il, int64_t n) {

@@ -74,7 +74,66 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* x, cons
   }
 }
 
+// moe_post_norms for rows of at most kPostPer * kThreads columns: every row read once into registers.
+constexpr int kPostPer = 16;
+
+__global__ void __launch_bounds__(kThreads)
+    moe_post_norms_kernel(const float* a, const float* __restrict__ wa, const float* b, const float* __restrict__ wb,
+                          const float* __restrict__ w, float* x, int64_t cols, float eps, const float* then_scale) {
+  dev::allow_next();
+  float wav[kPostPer], wbv[kPostPer], wv[kPostPer];
+#pragma unroll
+  for (int k = 0; k < kPostPer; ++k) {  // the model's weights: read before the prior kernel ends
+    const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+    const bool in = i < cols;
+    wav[k] = in ? wa[i] : 0.0f, wbv[k] = in ? wb[i] : 0.0f, wv[k] = in ? w[i] : 0.0f;
+  }
+  dev::wait_prior();
+  const int64_t row = int64_t(blockIdx.x) * cols;
+  float av[kPostPer], bv[kPostPer], xv[kPostPer];
+#pragma unroll
+  for (int k = 0; k < kPostPer; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+    const bool in = i < cols;
+    av[k] = in ? a[row + i] : 0.0f, bv[k] = in ? b[row + i] : 0.0f, xv[k] = in ? x[row + i] : 0.0f;
+  }
+  // Each reduction reuses block_rms_finish's shared sums: a barrier between two of them.
+  const float sa = dev::block_rms_scale<kThreads>(av, cols, eps);
+  __syncthreads();
+  const float sb = dev::block_rms_scale<kThreads>(bv, cols, eps);
+#pragma unroll
+  for (int k = 0; k < kPostPer; ++k)
+    av[k] = __fadd_rn(rms_value(av[k], sa, 1.0f, wav[k], true), rms_value(bv[k], sb, 1.0f, wbv[k], true));
+  __syncthreads();
+  const float ss = dev::block_rms_scale<kThreads>(av, cols, eps);
+#pragma unroll
+  for (int k = 0; k < kPostPer; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+    if (i >= cols) break;
+    x[row + i] = added(xv[k], rms_value(av[k], ss, 1.0f, wv[k], true), then_scale);
+  }
+}
+
 }  // namespace
+
+void moe_post_norms(const PostNormsArgs& a) {
+  DF_CHECK(a.a != nullptr && a.wa != nullptr && a.b != nullptr && a.wb != nullptr && a.w != nullptr);
+  DF_CHECK(a.x != nullptr && a.x != a.a && a.x != a.b && a.a != a.b);
+  DF_CHECK(a.n_rows >= 0 && a.n_rows <= 0x7fffffff && a.cols > 0);
+  if (a.n_rows == 0) return;
+  if (a.cols > int64_t(kPostPer) * kThreads) {  // the three launches (a is normed in place)
+    float* sum = const_cast<float*>(a.a);
+    rms_norm({.x = a.a, .weight = a.wa, .y = sum, .n_rows = a.n_rows, .cols = a.cols, .eps = a.eps,
+              .stream = a.stream});
+    rms_norm({.x = a.b, .weight = a.wb, .n_rows = a.n_rows, .cols = a.cols, .eps = a.eps, .stream = a.stream,
+              .add_to = sum});
+    rms_norm({.x = sum, .weight = a.w, .n_rows = a.n_rows, .cols = a.cols, .eps = a.eps, .stream = a.stream,
+              .add_to = a.x, .then_scale = a.then_scale});
+    return;
+  }
+  launch_early(moe_post_norms_kernel, dim3(unsigned(a.n_rows)), dim3(kThreads), 0, a.stream, a.a, a.wa, a.b, a.wb,
+               a.w, a.x, a.cols, a.eps, a.then_scale);
+}
 
 void rms_norm(const RmsNormArgs& a) {
   DF_CHECK(a.x != nullptr && (a.y != nullptr || a.add_to != nullptr));

@@ -178,6 +178,23 @@ struct RmsNormArgs {
 };
 void rms_norm(const RmsNormArgs& a);
 
+// gemma4's end of a MoE block, the arithmetic of three rms_norm launches in one for rows of up to 4,096 columns:
+// x = (x + norm(norm(a) wa + norm(b) wb) w) * then_scale, every square sum in rms_norm's order. Longer rows take the
+// three launches, normed a in place.
+struct PostNormsArgs {
+  const float* a = nullptr;   // [n_rows][cols]: the routed experts' sum
+  const float* wa = nullptr;  // [cols]: its norm
+  const float* b = nullptr;   // [n_rows][cols]: the dense MLP's output
+  const float* wb = nullptr;  // [cols]: its norm
+  const float* w = nullptr;   // [cols]: the block's norm ahead of the residual add
+  float* x = nullptr;         // [n_rows][cols]: the residual stream
+  const float* then_scale = nullptr;  // [1] or null: the layer's output scale
+  int64_t n_rows = 0, cols = 0;
+  float eps = 1e-6f;
+  cudaStream_t stream = nullptr;
+};
+void moe_post_norms(const PostNormsArgs& a);
+
 // cos and sin of every (position, pair) for positions [0, n_pos), computed on the host exactly as cpu::rope_angles
 // does (angle advanced by repeated multiplication, divided by freq_factors[i] where given): [n_pos][n_rot / 2] pairs
 // of (cos, sin).
