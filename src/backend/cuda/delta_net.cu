@@ -242,6 +242,21 @@ __global__ void __launch_bounds__(kChunkThreads)
   if (tid < kChunk) G[tid] = sm.g[tid], B[tid] = sm.beta[tid];
 }
 
+// acc += rows ty and ty + 32 of m (kChunk x kChunk) times columns c4 .. c4 + 3 of x (kChunk x kScanCols).
+__device__ __forceinline__ void add_chunk_product(const float (*m)[kChunk + 1], const float (*x)[kScanCols], int ty,
+                                                  int c4, float (&acc)[2][4]) {
+  for (int s = 0; s < kChunk; ++s) {
+    const float4 xv = *reinterpret_cast<const float4*>(&x[s][c4]);
+    const float xc[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+      const float mv = m[ty + 32 * a][s];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[a][e] = fmaf(mv, xc[e], acc[a][e]);
+    }
+  }
+}
+
 // Grid (S / kScanCols, v heads): the chunks in order. Thread (ty, tx) computes rows ty and ty + 32 of a chunk's
 // kChunk x kScanCols products at columns 4 tx .. 4 tx + 3, and rows ty + 32 a of the state's.
 template <int S>
@@ -296,18 +311,9 @@ __global__ void __launch_bounds__(kChunkThreads)
     if (tid < kChunk) sm.kd[tid] = expf(sm.g[kChunk - 1] - sm.g[tid]);
     __syncthreads();
 
-    // U = T R (T is lower triangular: s <= t).
+    // U = T R.
     float uu[2][4] = {};
-    for (int s = 0; s < kChunk; ++s) {
-      const float4 rv = *reinterpret_cast<const float4*>(&sm.u[s][c4]);
-      const float rc[4] = {rv.x, rv.y, rv.z, rv.w};
-#pragma unroll
-      for (int a = 0; a < 2; ++a) {
-        const float tv = sm.t[ty + 32 * a][s];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) uu[a][e] = fmaf(tv, rc[e], uu[a][e]);
-      }
-    }
+    add_chunk_product(sm.t, sm.u, ty, c4, uu);
     __syncthreads();
 #pragma unroll
     for (int a = 0; a < 2; ++a)
@@ -321,16 +327,7 @@ __global__ void __launch_bounds__(kChunkThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) qm[a][e] *= gam;
     }
-    for (int s = 0; s < kChunk; ++s) {
-      const float4 uv = *reinterpret_cast<const float4*>(&sm.u[s][c4]);
-      const float uc[4] = {uv.x, uv.y, uv.z, uv.w};
-#pragma unroll
-      for (int a = 0; a < 2; ++a) {
-        const float pv = sm.p[ty + 32 * a][s];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) qm[a][e] = fmaf(pv, uc[e], qm[a][e]);
-      }
-    }
+    add_chunk_product(sm.p, sm.u, ty, c4, qm);
 #pragma unroll
     for (int a = 0; a < 2; ++a) {
       const int64_t t = t0 + ty + 32 * a;
