@@ -73,7 +73,8 @@ const char* buf_name(Buf b) {
       "dequantized weight tiles", "sliding layers' RoPE table", "dense FFN outputs", "expert sums",
       "per-layer inputs", "per-layer embedding rows", "per-layer input gates", "gated queries",
       "DeltaNet projections", "DeltaNet convolution outputs", "DeltaNet output gates", "DeltaNet decay inputs",
-      "DeltaNet update rates", "DeltaNet outputs", "DeltaNet chunk matrices", "shared expert gates", "recurrent state", "recurrent state copy"};
+      "DeltaNet update rates", "DeltaNet outputs", "DeltaNet chunk matrices", "shared expert gates",
+      "recurrent state", "recurrent state copy"};
   return names[int(b)];
 }
 

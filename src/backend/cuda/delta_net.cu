@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(kChunkThreads)
     for (int i = 0; i < S; ++i) {
       float ka[4], qa[4], kb[4];
 #pragma unroll
-      for (int a = 0; a < 4; ++a) ka[a] = sm.k[ty + 16 * a][i], qa[a] = sm.q[ty + 16 * a][i], kb[a] = sm.k[tx + 16 * a][i];
+      for (int a = 0; a < 4; ++a)
+        ka[a] = sm.k[ty + 16 * a][i], qa[a] = sm.q[ty + 16 * a][i], kb[a] = sm.k[tx + 16 * a][i];
 #pragma unroll
       for (int a = 0; a < 4; ++a)
 #pragma unroll
