@@ -168,6 +168,12 @@ TEST(HybridSequence, GpuPlanCountsTheStateAndAttentionLayersOnly) {
   EXPECT_EQ(p->resident.kv_cache, 2ull * 512 * 512 * 2);
   EXPECT_EQ(p->resident.recurrent, 2ull * 6 * (3 * 1024 + 4 * 128 * 128) * 4);
   EXPECT_EQ(cuda::recurrent_state_bytes(spec), cpu::RecurrentState::bytes_for(spec));
+  // The chunked delta rule's matrices among the work buffers: per 64-token chunk of a batch and v head, T and P
+  // (64 x 64 f32 each), the decays and the update rates; a batch of 100 takes two chunks.
+  const uint64_t per_chunk = (2 * 64 * 64 + 2 * 64) * 4;
+  EXPECT_EQ(cuda::session_buffers(spec, {.n_ctx = 512, .max_batch = 512})[cuda::Buf::ssm_chunks], 8 * 4 * per_chunk);
+  EXPECT_EQ(cuda::session_buffers(spec, {.n_ctx = 512, .max_batch = 100})[cuda::Buf::ssm_chunks], 2 * 4 * per_chunk);
+  EXPECT_EQ(cuda::session_buffers(spec, {.n_ctx = 512, .max_batch = 1})[cuda::Buf::ssm_chunks], 1 * 4 * per_chunk);
   // Every DeltaNet projection is in the attention item, the shared experts in the dense FFN one.
   uint64_t delta = 0, shared = 0;
   for (const auto& l : (*f)->tensors.layers) {
