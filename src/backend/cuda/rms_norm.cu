@@ -121,13 +121,12 @@ void moe_post_norms(const PostNormsArgs& a) {
   DF_CHECK(a.x != nullptr && a.x != a.a && a.x != a.b && a.a != a.b);
   DF_CHECK(a.n_rows >= 0 && a.n_rows <= 0x7fffffff && a.cols > 0);
   if (a.n_rows == 0) return;
-  if (a.cols > int64_t(kPostPer) * kThreads) {  // the three launches (a is normed in place)
-    float* sum = const_cast<float*>(a.a);
-    rms_norm({.x = a.a, .weight = a.wa, .y = sum, .n_rows = a.n_rows, .cols = a.cols, .eps = a.eps,
+  if (a.cols > int64_t(kPostPer) * kThreads) {  // the three launches, a normed and summed in place
+    rms_norm({.x = a.a, .weight = a.wa, .y = a.a, .n_rows = a.n_rows, .cols = a.cols, .eps = a.eps,
               .stream = a.stream});
     rms_norm({.x = a.b, .weight = a.wb, .n_rows = a.n_rows, .cols = a.cols, .eps = a.eps, .stream = a.stream,
-              .add_to = sum});
-    rms_norm({.x = sum, .weight = a.w, .n_rows = a.n_rows, .cols = a.cols, .eps = a.eps, .stream = a.stream,
+              .add_to = a.a});
+    rms_norm({.x = a.a, .weight = a.w, .n_rows = a.n_rows, .cols = a.cols, .eps = a.eps, .stream = a.stream,
               .add_to = a.x, .then_scale = a.then_scale});
     return;
   }

@@ -180,9 +180,9 @@ void rms_norm(const RmsNormArgs& a);
 
 // gemma4's end of a MoE block, the arithmetic of three rms_norm launches in one for rows of up to 4,096 columns:
 // x = (x + norm(norm(a) wa + norm(b) wb) w) * then_scale, every square sum in rms_norm's order. Longer rows take the
-// three launches, normed a in place.
+// three launches, which leave a normed and summed in place.
 struct PostNormsArgs {
-  const float* a = nullptr;   // [n_rows][cols]: the routed experts' sum
+  float* a = nullptr;         // [n_rows][cols]: the routed experts' sum
   const float* wa = nullptr;  // [cols]: its norm
   const float* b = nullptr;   // [n_rows][cols]: the dense MLP's output
   const float* wb = nullptr;  // [cols]: its norm
