@@ -279,12 +279,14 @@ __global__ void __launch_bounds__(kChunkThreads)
   for (int64_t t0 = 0; t0 < n_tok; t0 += kChunk) {
     const float* T = work + (t0 / kChunk * n_v_heads + h) * kChunkWorkFloats;
     const float* P = T + kChunk * kChunk;
+    const float* G = P + kChunk * kChunk;
+    const float* B = G + kChunk;
     load_chunk_qk<S>(q, k, stride, h % n_k_heads, t0, n_tok, sm.q, sm.k);
     for (int idx = tid; idx < kChunk * kChunk; idx += kChunkThreads) {
       sm.t[idx / kChunk][idx % kChunk] = T[idx];
       sm.p[idx / kChunk][idx % kChunk] = P[idx];
     }
-    if (tid < kChunk) sm.g[tid] = P[kChunk * kChunk + tid], sm.beta[tid] = P[kChunk * kChunk + kChunk + tid];
+    if (tid < kChunk) sm.g[tid] = G[tid], sm.beta[tid] = B[tid];
     __syncthreads();
 
     // K M0 and Q M0; R = beta V - beta exp(G) K M0 into u.
