@@ -140,14 +140,21 @@ struct PrepSmem {
 };
 
 template <int S>
+struct ScanChunk {  // one chunk's inputs: its q and k rows, T, P, G and beta
+  float k[kChunk][S + 1];
+  float q[kChunk][S + 1];
+  float t[kChunk][kChunk + 1];
+  float p[kChunk][kChunk + 1];
+  float g[kChunk], beta[kChunk];
+};
+
+// Two chunks' inputs: the next one's copies land while the block works on this one (219 KiB for heads of 128).
+template <int S>
 struct ScanSmem {
-  alignas(16) float k[kChunk][S + 1];
-  alignas(16) float q[kChunk][S + 1];
-  alignas(16) float m[S][kScanCols];      // the state's columns j0 .. j0 + kScanCols, as M[i][j]
-  alignas(16) float t[kChunk][kChunk + 1];
-  alignas(16) float p[kChunk][kChunk + 1];
+  ScanChunk<S> in[2];
+  alignas(16) float m[S][kScanCols];       // the state's columns j0 .. j0 + kScanCols, as M[i][j]
   alignas(16) float u[kChunk][kScanCols];  // R, then U
-  float g[kChunk], beta[kChunk], kd[kChunk];
+  float kd[kChunk];
 };
 
 // The chunk's q and k rows of k head hk into shared memory; rows past the batch are zeros.
@@ -258,6 +265,32 @@ __device__ __forceinline__ void add_chunk_product(const float (*m)[kChunk + 1], 
   }
 }
 
+// Starts the copies of chunk t0's inputs (k head hk, v head h) into c; rows past the batch are zeros.
+template <int S>
+__device__ __forceinline__ void copy_chunk(ScanChunk<S>& c, const float* __restrict__ q, const float* __restrict__ k,
+                                           int64_t stride, const float* __restrict__ work, int64_t hk, int h,
+                                           int64_t t0, int64_t n_tok, int n_v_heads) {
+  for (int idx = threadIdx.x; idx < kChunk * S; idx += kChunkThreads) {
+    const int r = idx / S, i = idx % S;
+    const bool in = t0 + r < n_tok;
+    const int64_t at = in ? (t0 + r) * stride + hk * S + i : 0;
+    dev::cp_async4_or_zero(&c.k[r][i], k + at, in);
+    dev::cp_async4_or_zero(&c.q[r][i], q + at, in);
+  }
+  const float* T = work + (t0 / kChunk * n_v_heads + h) * kChunkWorkFloats;
+  const float* P = T + kChunk * kChunk;
+  const float* G = P + kChunk * kChunk;
+  const float* B = G + kChunk;
+  for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kChunkThreads) {
+    dev::cp_async4(&c.t[idx / kChunk][idx % kChunk], T + idx);
+    dev::cp_async4(&c.p[idx / kChunk][idx % kChunk], P + idx);
+  }
+  if (threadIdx.x < kChunk) {
+    dev::cp_async4(&c.g[threadIdx.x], G + threadIdx.x);
+    dev::cp_async4(&c.beta[threadIdx.x], B + threadIdx.x);
+  }
+}
+
 // Grid (S / kScanCols, v heads): the chunks in order. Thread (ty, tx) computes rows ty and ty + 32 of a chunk's
 // kChunk x kScanCols products at columns 4 tx .. 4 tx + 3, and rows ty + 32 a of the state's.
 template <int S>
@@ -276,18 +309,18 @@ __global__ void __launch_bounds__(kChunkThreads)
   }
   const float scale = __fdiv_rn(1.0f, sqrtf(float(S)));
   const float* vh = v + int64_t(h) * S + j0 + c4;
+  const int hk = h % n_k_heads;
+  copy_chunk<S>(sm.in[0], q, k, stride, work, hk, h, 0, n_tok, n_v_heads);
+  dev::cp_async_commit();
   for (int64_t t0 = 0; t0 < n_tok; t0 += kChunk) {
-    const float* T = work + (t0 / kChunk * n_v_heads + h) * kChunkWorkFloats;
-    const float* P = T + kChunk * kChunk;
-    const float* G = P + kChunk * kChunk;
-    const float* B = G + kChunk;
-    load_chunk_qk<S>(q, k, stride, h % n_k_heads, t0, n_tok, sm.q, sm.k);
-    for (int idx = tid; idx < kChunk * kChunk; idx += kChunkThreads) {
-      sm.t[idx / kChunk][idx % kChunk] = T[idx];
-      sm.p[idx / kChunk][idx % kChunk] = P[idx];
-    }
-    if (tid < kChunk) sm.g[tid] = G[tid], sm.beta[tid] = B[tid];
+    // The next chunk's buffer was last read by the chunk before this one, which every thread finished before the
+    // barrier that ended it.
+    if (t0 + kChunk < n_tok)
+      copy_chunk<S>(sm.in[(t0 / kChunk + 1) % 2], q, k, stride, work, hk, h, t0 + kChunk, n_tok, n_v_heads);
+    dev::cp_async_commit();
+    dev::cp_async_wait_prior();
     __syncthreads();
+    const ScanChunk<S>& c = sm.in[t0 / kChunk % 2];
 
     // K M0 and Q M0; R = beta V - beta exp(G) K M0 into u.
     float km[2][4] = {}, qm[2][4] = {};
@@ -296,7 +329,7 @@ __global__ void __launch_bounds__(kChunkThreads)
       const float mc[4] = {mv.x, mv.y, mv.z, mv.w};
 #pragma unroll
       for (int a = 0; a < 2; ++a) {
-        const float kv = sm.k[ty + 32 * a][i], qv = sm.q[ty + 32 * a][i];
+        const float kv = c.k[ty + 32 * a][i], qv = c.q[ty + 32 * a][i];
 #pragma unroll
         for (int e = 0; e < 4; ++e) km[a][e] = fmaf(kv, mc[e], km[a][e]), qm[a][e] = fmaf(qv, mc[e], qm[a][e]);
       }
@@ -304,19 +337,19 @@ __global__ void __launch_bounds__(kChunkThreads)
 #pragma unroll
     for (int a = 0; a < 2; ++a) {
       const int r = ty + 32 * a;
-      const float b = sm.beta[r], bg = b * expf(sm.g[r]);
+      const float b = c.beta[r], bg = b * expf(c.g[r]);
       float4 vv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (t0 + r < n_tok) vv = *reinterpret_cast<const float4*>(vh + (t0 + r) * stride);
       const float vc[4] = {vv.x, vv.y, vv.z, vv.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) sm.u[r][c4 + e] = b * vc[e] - bg * km[a][e];
     }
-    if (tid < kChunk) sm.kd[tid] = expf(sm.g[kChunk - 1] - sm.g[tid]);
+    if (tid < kChunk) sm.kd[tid] = expf(c.g[kChunk - 1] - c.g[tid]);
     __syncthreads();
 
     // U = T R.
     float uu[2][4] = {};
-    add_chunk_product(sm.t, sm.u, ty, c4, uu);
+    add_chunk_product(c.t, sm.u, ty, c4, uu);
     __syncthreads();
 #pragma unroll
     for (int a = 0; a < 2; ++a)
@@ -326,11 +359,11 @@ __global__ void __launch_bounds__(kChunkThreads)
     // O = scale (exp(G) Q M0 + P U).
 #pragma unroll
     for (int a = 0; a < 2; ++a) {
-      const float gam = expf(sm.g[ty + 32 * a]);
+      const float gam = expf(c.g[ty + 32 * a]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) qm[a][e] *= gam;
     }
-    add_chunk_product(sm.p, sm.u, ty, c4, qm);
+    add_chunk_product(c.p, sm.u, ty, c4, qm);
 #pragma unroll
     for (int a = 0; a < 2; ++a) {
       const int64_t t = t0 + ty + 32 * a;
@@ -342,7 +375,7 @@ __global__ void __launch_bounds__(kChunkThreads)
     // M1 = exp(G_last) M0 + sum_s exp(G_last - G_s) k_s u_s^T, over this thread's own elements of m.
     {
       constexpr int kRows = S / 32;
-      const float decay = expf(sm.g[kChunk - 1]);
+      const float decay = expf(c.g[kChunk - 1]);
       float mm[kRows][4];
 #pragma unroll
       for (int a = 0; a < kRows; ++a) {
@@ -355,7 +388,7 @@ __global__ void __launch_bounds__(kChunkThreads)
         const float w = sm.kd[s];
 #pragma unroll
         for (int a = 0; a < kRows; ++a) {
-          const float kv = sm.k[s][ty + 32 * a] * w;
+          const float kv = c.k[s][ty + 32 * a] * w;
 #pragma unroll
           for (int e = 0; e < 4; ++e) mm[a][e] = fmaf(kv, uc[e], mm[a][e]);
         }
