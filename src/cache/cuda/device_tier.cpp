@@ -8,11 +8,6 @@
 
 namespace df::cache {
 
-uint64_t DeviceTier::slot_bytes() const {
-  uint64_t total = 0;
-  for (uint64_t s : strides_) total += s;
-  return total;
-}
 
 DeviceTier::DeviceTier(RecordTier& upstream, const DeviceTierOptions& o)
     : upstream_(upstream), options_(o), table_(o.slots, o.spill, uint64_t(o.n_layers) * o.n_index),
@@ -32,15 +27,19 @@ Result<std::unique_ptr<DeviceTier>> DeviceTier::create(RecordTier& upstream, con
   }
   if (n_parts == 0) return Error{"GPU tier: the records have no parts"};
   std::unique_ptr<DeviceTier> t(new DeviceTier(upstream, o));
-  t->strides_ = plane_strides(o.parts);
-  const uint64_t slot = t->slot_bytes();
+  // The parts one after another in each slot, each at a multiple of 256 bytes.
+  for (uint64_t s : plane_strides(o.parts)) {
+    t->offsets_.push_back(t->slot_bytes_);
+    t->slot_bytes_ += s;
+  }
+  for (const std::vector<PartPlace>& l : o.parts) {
+    bool whole = !l.empty();
+    for (size_t p = 0; p < l.size(); ++p) whole = whole && l[p].offset - l[0].offset == t->offsets_[p];
+    t->whole_.push_back(whole);
+  }
+  const uint64_t slot = t->slot_bytes_;
   DF_ASSIGN(t->pool_, cuda::DeviceBuffer::alloc(slot * o.slots, std::to_string(o.slots) + " GPU record slots of " +
                                                                      format_size(slot)));
-  const uint8_t* base = t->pool_.as<uint8_t>();
-  for (uint64_t s : t->strides_) {
-    t->planes_.push_back(base);
-    base += s * o.slots;
-  }
   DF_CUDA_CHECK(cudaStreamCreateWithFlags(&t->copy_stream_, cudaStreamNonBlocking));
   for (Batch& b : t->batches_) {
     DF_CUDA_CHECK(cudaEventCreate(&b.start));
@@ -121,11 +120,18 @@ Status DeviceTier::copy_in(uint32_t layer, std::span<const Copy> copies, bool pr
     for (size_t i = c0; i < c1; ++i) {
       const SlotId s = copies[i].slot.slot;
       const uint8_t* image = src->data(i - c0);
+      uint8_t* slot = pool_.as<uint8_t>() + uint64_t(s) * slot_bytes_;
       uint64_t bytes = 0;
-      for (size_t p = 0; p < parts.size(); ++p) {
-        DF_CUDA_CHECK(cudaMemcpyAsync(const_cast<uint8_t*>(planes_[p]) + uint64_t(s) * strides_[p],
-                                      image + parts[p].offset, parts[p].bytes, cudaMemcpyHostToDevice, copy_stream_));
-        bytes += parts[p].bytes;
+      for (const PartPlace& part : parts) bytes += part.bytes;
+      // Each copy call costs the host a few microseconds, several times a decode step's planning per layer: a
+      // record whose image lays its parts out as the slot does comes in one.
+      if (whole_[layer]) {
+        DF_CUDA_CHECK(cudaMemcpyAsync(slot, image + parts[0].offset, offsets_.back() + parts.back().bytes,
+                                      cudaMemcpyHostToDevice, copy_stream_));
+      } else {
+        for (size_t p = 0; p < parts.size(); ++p)
+          DF_CUDA_CHECK(cudaMemcpyAsync(slot + offsets_[p], image + parts[p].offset, parts[p].bytes,
+                                        cudaMemcpyHostToDevice, copy_stream_));
       }
       ready_seq_[s] = next_seq_;
       AdmissionTable::loaded(copies[i].slot, true, bytes);
@@ -153,7 +159,7 @@ Result<Pins> DeviceTier::acquire(uint32_t layer, std::span<const int32_t> ids) {
     const AdmissionTable::Acquired a = table_.acquire(key(layer, id));
     // More records than unpinned slots is the caller's bug: it sizes its groups by slots().
     DF_CHECK(a.outcome != SlotTable::Outcome::kFull);
-    entries.push_back({SlotHandle(a.table, a.local, nullptr, slot_bytes()), a.slot});
+    entries.push_back({SlotHandle(a.table, a.local, nullptr, slot_bytes_), a.slot});
     if (a.outcome == SlotTable::Outcome::kMiss) {
       misses_.push_back({a, id});
     } else if (ready_seq_[a.slot] > done_seq_) {

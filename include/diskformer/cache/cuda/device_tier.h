@@ -1,6 +1,8 @@
 // The GPU tier: records in device memory under a budget, copied from the RAM tier below it. A record is a few parts
 // (a routed expert: gate, up and down); part p of slot s lives at plane(p) + s * stride(p), so that kernels read
-// slot s of a plane exactly as they read expert s of a stacked tensor. Admission by use count (admission.h).
+// slot s of a plane exactly as they read expert s of a stacked tensor. A slot holds its parts one after another (each
+// at a multiple of 256 bytes), as the RAM tier's image does where the parts' sizes are such multiples: then a record
+// is one copy. Admission by use count (admission.h).
 //
 //   acquire(layer, ids):  hits are pinned; misses are read from the RAM tier (its pins held until their copies are
 //                         done) and copied on the tier's own stream; the consumer stream waits for those copies and
@@ -56,10 +58,10 @@ class DeviceTier final : public RecordTier {
   TierStats stats() override;
   void reset_stats() override;
 
-  size_t n_parts() const { return planes_.size(); }
-  const uint8_t* plane(size_t p) const { return planes_[p]; }
-  uint64_t stride(size_t p) const { return strides_[p]; }
-  uint64_t slot_bytes() const;
+  size_t n_parts() const { return offsets_.size(); }
+  const uint8_t* plane(size_t p) const { return pool_.as<uint8_t>() + offsets_[p]; }
+  uint64_t stride(size_t) const { return slot_bytes_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
   uint64_t device_bytes() const { return pool_.size(); }
   // Seconds per byte of the copies timed so far (never waits); 0 before any.
   double copy_s_per_byte() const { return timed_bytes_ && timed_s_ > 0 ? timed_s_ / double(timed_bytes_) : 0.0; }
@@ -84,9 +86,10 @@ class DeviceTier final : public RecordTier {
   RecordTier& upstream_;
   DeviceTierOptions options_;
   AdmissionTable table_;
-  cuda::DeviceBuffer pool_;  // [plane 0: slots x stride 0][plane 1] ...
-  std::vector<const uint8_t*> planes_;
-  std::vector<uint64_t> strides_;
+  cuda::DeviceBuffer pool_;            // [slots][slot_bytes_]
+  std::vector<uint64_t> offsets_;      // [part]: its place in a slot
+  uint64_t slot_bytes_ = 0;
+  std::vector<bool> whole_;            // [layer]: the RAM image lays the parts out as a slot does
 
   cudaStream_t copy_stream_ = nullptr;
   struct Batch {
