@@ -340,12 +340,12 @@ TEST(CudaMmqThroughput, DenseQ4_0Prefill512) {
   }
 }
 
-// One MoE layer's routed experts at prefill: 128 experts, 512 tokens x top-8 (distinct random experts per token),
-// gate (768 x 2048, input per token) and down (2048 x 768, input per slot); plan + quantization + product timed, in
-// Q4_0 and in the types of a Q4_K_M file's experts (Q4_K, Q6_K).
-TEST(CudaMmqThroughput, GroupedExpertsPrefill512) {
-  DF_REQUIRE_GPU();
-  const int64_t X = 128, n_tok = 512;
+// One MoE layer's routed experts at prefill, 512 tokens x top-8 (distinct random experts per token): gate (ff x 2048,
+// input per token) and down (2048 x ff, input per slot); plan + quantization + product timed. Qwen3-30B-A3B's 128
+// experts of 768 in Q4_0 and in the types of a Q4_K_M file's experts (Q4_K, Q6_K); Qwen3.6-35B-A3B's 256 of 512 in
+// Q8_0 and Q4_0 (16 slots an expert on average: the weights' reads bound the products).
+void time_grouped_experts(int64_t X, int64_t ff, std::initializer_list<GgmlType> types) {
+  const int64_t n_tok = 512;
   const int K = 8;
   const int64_t n_slots = n_tok * K;
   std::mt19937 rng(231);
@@ -360,11 +360,11 @@ TEST(CudaMmqThroughput, GroupedExpertsPrefill512) {
   std::vector<int32_t> distinct = ids;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
+  for (GgmlType type : types)
   for (auto [rows, cols, per_slot] :
-       {std::tuple<int64_t, int64_t, bool>{768, 2048, false}, std::tuple<int64_t, int64_t, bool>{2048, 768, true}}) {
-    const bool pieces = type != GgmlType::Q4_0;
-    const HostMat w = pieces ? random_mat(type, X * rows, cols, 232) : random_q4(X * rows, cols, 232);
+       {std::tuple<int64_t, int64_t, bool>{ff, 2048, false}, std::tuple<int64_t, int64_t, bool>{2048, ff, true}}) {
+    const bool pieces = type != GgmlType::Q4_0 && type != GgmlType::Q8_0;
+    const HostMat w = type == GgmlType::Q4_0 ? random_q4(X * rows, cols, 232) : random_mat(type, X * rows, cols, 232);
     cuda::DeviceBuffer dw(w.bytes.size());
     dw.upload(w.bytes.data(), w.bytes.size());
     const model::Mat one{type, dw.as<uint8_t>(), cols, rows, w.row_bytes};
@@ -418,6 +418,12 @@ TEST(CudaMmqThroughput, GroupedExpertsPrefill512) {
                   "weights\n", tn.c_str(), tile.rows, tile.tokens, ms_t, ops / ms_t / 1e9, bytes / ms_t / 1e6);
     }
   }
+}
+
+TEST(CudaMmqThroughput, GroupedExpertsPrefill512) {
+  DF_REQUIRE_GPU();
+  time_grouped_experts(128, 768, {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K});
+  time_grouped_experts(256, 512, {GgmlType::Q8_0, GgmlType::Q4_0});
 }
 
 }  // namespace
