@@ -22,7 +22,8 @@ namespace df::cuda::kq {
 
 using gguf::GgmlType;
 
-// The types read here (Q4_0 and Q8_0 keep their own kernels' code, which other tests hold bit for bit).
+// The types read here (Q4_0 and Q8_0 keep their own kernels' code, which other tests hold bit for bit; Q8_0's pieces
+// are read too, by the grouped tensor-core products alone: mmq.cu's grouped() says why).
 __host__ __device__ constexpr bool piece_type(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_1:
@@ -47,6 +48,7 @@ __host__ __device__ constexpr bool super_block(GgmlType t) {
 __host__ __device__ constexpr int block_elems(GgmlType t) { return super_block(t) ? 256 : 32; }
 __host__ __device__ constexpr int block_bytes(GgmlType t) {
   switch (t) {
+    case GgmlType::Q8_0: return 34;
     case GgmlType::Q4_1: return 20;
     case GgmlType::Q5_0: return 22;
     case GgmlType::Q5_1: return 24;
@@ -133,6 +135,11 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
     o.d[0] = o.d[1] = d;
     o.m[0] = o.m[1] = 0.0f;
     if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) o.m[0] = o.m[1] = f16(b + 2);
+    if constexpr (T == GgmlType::Q8_0) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o.q[k] = int(ld<kA4>(b + 2 + 4 * k));
+      return o;
+    }
     const uint8_t* qs = b + (T == GgmlType::IQ4_NL ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8);
     uint32_t qh = 0;
     if constexpr (T == GgmlType::Q5_0) qh = ld<kA4>(b + 2);

@@ -22,6 +22,12 @@
 // Rows of 144 bytes put the 8 rows that one ldmatrix phase reads into distinct banks. Rows past the matrix, tokens
 // past the tile and blocks past the row are zeros with scale 0, and their results are never stored.
 //
+// Grouped Q8_0 experts take mmq_piece.cu's kernel by default: where an expert has few slots (Qwen3.6-35B-A3B's 256
+// experts average 16 of a 512-token prompt's) the products are bound by the weights' reads, and its stages of 8 blocks,
+// copied 16 bytes at a time into shared memory while the stage before is multiplied, read them at about twice this
+// kernel's rate (on an H100 at that shape 960 against 510 GB/s). The two compute the same block terms in the same
+// order, so their results are equal bit for bit (CudaMmqGrouped compares every tile shape).
+//
 // Grouped experts: moe_plan cuts each expert's slots into tiles of tile_slots; the kernel merges runs of
 // 64 / tile_slots consecutive tiles of one expert into one item of up to 64 slots, so an expert's weights are read
 // once per 64 slots. Block column ty takes plan tile ty if it leads such a run and leaves otherwise, as it does past
@@ -349,12 +355,14 @@ void grouped(const GroupedArgs& a) {
   DF_CHECK(a.order != nullptr && a.tiles != nullptr && a.n_expert > 0 && a.act_div >= 1);
   DF_CHECK(a.tile_slots >= 1 && a.tile_slots <= kMaxBN && a.max_tiles > 0 && a.max_tiles <= 0x7fffffff);
   DF_CHECK(a.expert_stride >= uint64_t(a.w.rows) * a.w.row_bytes);
-  const bool pieces = kq::piece_type(a.w.type);
+  // Q8_0 as a piece type unless a tile of 128 rows is asked for (the comment at the top says why).
+  const bool pieces = kq::piece_type(a.w.type) || (a.w.type == GgmlType::Q8_0 && a.tile.rows != 128);
   const int bm = a.tile.rows != 0 ? a.tile.rows : pieces ? 64 : 128;
   // Runs of `group` plan tiles of one expert per item: at most group * tile_slots <= bn slots, at most 32 tiles (a
-  // warp counts them). The piece types take items of 32: every warp decodes weights, but those past an item's
-  // slots have no products to do, and an expert of the 30B shape's prefill averages 32 slots.
-  int bn = a.tile.tokens != 0 ? a.tile.tokens : pieces ? 32 : kMaxBN;
+  // warp counts them). The piece types take items of 32 (of 64 where a plan tile is longer): every warp decodes
+  // weights, but those past an item's slots have no products to do, and an expert of the 30B shape's prefill
+  // averages 32 slots.
+  int bn = a.tile.tokens != 0 ? a.tile.tokens : pieces && a.tile_slots <= 32 ? 32 : kMaxBN;
   DF_CHECK((bm == 64 || bm == 128) && (bn == 32 || bn == 64) && a.tile_slots <= bn);
   const int group = std::min(bn / int(a.tile_slots), 32);
   if (a.tile.tokens == 0 && group * a.tile_slots <= 32) bn = 32;
@@ -379,6 +387,11 @@ void grouped(const GroupedArgs& a) {
   p.act_div = a.act_div;
   p.y = a.y;
   set_piece_alignment(p, a.w, a.expert_stride);
+  if (pieces && !kq::piece_type(a.w.type)) {
+    DF_CHECK_MSG(launch_pieces(a.w.type, bm, bn, p, unsigned(gx), unsigned(gy), a.stream),
+                 "mmq: no piece kernel for this weight type and tile");
+    return;
+  }
   launch_shape(bm, bn, a.w.type, p, unsigned(gx), unsigned(gy), a.stream);
 }
 
