@@ -55,7 +55,6 @@ __device__ __forceinline__ float gate_value(const Gate& g, float v, int64_t t, i
   return glu(v, g.mul[t * g.mul_stride + i], g.act == 2);
 }
 
-// 4 bytes at a 2-byte aligned address (the quant blocks are 18 and 34 bytes long, so only 2-byte aligned).
 // Asynchronous copies into shared memory (sm_80 and later): issued without waiting, landed by the wait of their
 // group. The zero-filling one writes zeros where `in` is false and reads nothing.
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
@@ -78,6 +77,7 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Every group but the latest landed.
 __device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
+// 4 bytes at a 2-byte aligned address (the quant blocks are 18 and 34 bytes long, so only 2-byte aligned).
 __device__ __forceinline__ int load_i32_a2(const uint8_t* p) {
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
   return int(uint32_t(h[0]) | (uint32_t(h[1]) << 16));

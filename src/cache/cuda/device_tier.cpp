@@ -8,7 +8,6 @@
 
 namespace df::cache {
 
-
 DeviceTier::DeviceTier(RecordTier& upstream, const DeviceTierOptions& o)
     : upstream_(upstream), options_(o), table_(o.slots, o.spill, uint64_t(o.n_layers) * o.n_index),
       ready_seq_(o.slots, 0), last_use_(o.slots, -1) {}
@@ -123,8 +122,8 @@ Status DeviceTier::copy_in(uint32_t layer, std::span<const Copy> copies, bool pr
       uint8_t* slot = pool_.as<uint8_t>() + uint64_t(s) * slot_bytes_;
       uint64_t bytes = 0;
       for (const PartPlace& part : parts) bytes += part.bytes;
-      // Each copy call costs the host a few microseconds, several times a decode step's planning per layer: a
-      // record whose image lays its parts out as the slot does comes in one.
+      // A copy call costs the host microseconds, and a streamed decode step makes dozens a layer: a record whose
+      // image lays its parts out as the slot does comes in one.
       if (whole_[layer]) {
         DF_CUDA_CHECK(cudaMemcpyAsync(slot, image + parts[0].offset, offsets_.back() + parts.back().bytes,
                                       cudaMemcpyHostToDevice, copy_stream_));
