@@ -387,12 +387,12 @@ void grouped(const GroupedArgs& a) {
   p.act_div = a.act_div;
   p.y = a.y;
   set_piece_alignment(p, a.w, a.expert_stride);
-  if (pieces && !kq::piece_type(a.w.type)) {
+  if (pieces) {
     DF_CHECK_MSG(launch_pieces(a.w.type, bm, bn, p, unsigned(gx), unsigned(gy), a.stream),
                  "mmq: no piece kernel for this weight type and tile");
-    return;
+  } else {
+    launch_shape(bm, bn, a.w.type, p, unsigned(gx), unsigned(gy), a.stream);
   }
-  launch_shape(bm, bn, a.w.type, p, unsigned(gx), unsigned(gy), a.stream);
 }
 
 }  // namespace df::cuda::mmq
