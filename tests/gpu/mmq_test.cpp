@@ -252,7 +252,7 @@ TEST_P(CudaMmqGrouped, MatchesCpuAndThePerSlotKernel) {
     cuda::moe_matmul_grouped(pre);
     EXPECT_EQ(download<float>(y_q8, n_slots * rows), got) << "per_slot " << per_slot;
     // Each tile shape that holds a plan tile (items merge 64 / tile_slots or 32 / tile_slots plan tiles): the same
-    // results bit for bit. Q8_0's 64-row tiles are the piece kernel's, its 128-row ones mmq.cu's own.
+    // results bit for bit. Their 64-row tiles are the piece kernel's, the 128-row ones mmq.cu's own.
     for (const auto tile : kTiles) {
       if (c.tile_slots > tile.tokens) continue;
       DF_CUDA_CHECK(cudaMemset(y_q8.data(), 0xff, out_bytes));

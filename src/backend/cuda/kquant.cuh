@@ -22,7 +22,7 @@ namespace df::cuda::kq {
 
 using gguf::GgmlType;
 
-// The types read here (Q4_0 and Q8_0 keep their own kernels' code, which other tests hold bit for bit; Q8_0's pieces
+// The types read here (Q4_0 and Q8_0 keep their own kernels' code, which other tests hold bit for bit; their pieces
 // are read too, by the grouped tensor-core products alone: mmq.cu's grouped() says why).
 __host__ __device__ constexpr bool piece_type(GgmlType t) {
   switch (t) {
@@ -48,6 +48,7 @@ __host__ __device__ constexpr bool super_block(GgmlType t) {
 __host__ __device__ constexpr int block_elems(GgmlType t) { return super_block(t) ? 256 : 32; }
 __host__ __device__ constexpr int block_bytes(GgmlType t) {
   switch (t) {
+    case GgmlType::Q4_0: return 18;
     case GgmlType::Q8_0: return 34;
     case GgmlType::Q4_1: return 20;
     case GgmlType::Q5_0: return 22;
@@ -140,7 +141,10 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       for (int k = 0; k < 8; ++k) o.q[k] = int(ld<kA4>(b + 2 + 4 * k));
       return o;
     }
-    const uint8_t* qs = b + (T == GgmlType::IQ4_NL ? 2 : T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 8);
+    const uint8_t* qs = b + (T == GgmlType::IQ4_NL || T == GgmlType::Q4_0 ? 2
+                             : T == GgmlType::Q4_1                    ? 4
+                             : T == GgmlType::Q5_0                    ? 6
+                                                                      : 8);
     uint32_t qh = 0;
     if constexpr (T == GgmlType::Q5_0) qh = ld<kA4>(b + 2);
     if constexpr (T == GgmlType::Q5_1) qh = ld<kA4>(b + 4);
@@ -150,6 +154,8 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
       if constexpr (T == GgmlType::IQ4_NL) {
         lo = iq4_lookup(lo), hi = iq4_lookup(hi);
+      } else if constexpr (T == GgmlType::Q4_0) {
+        lo = __vsubss4(lo, 0x08080808u), hi = __vsubss4(hi, 0x08080808u);
       } else if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
         lo |= fifth_bits(qh >> (4 * k));
         hi |= fifth_bits(qh >> (16 + 4 * k));

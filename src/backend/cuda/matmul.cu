@@ -567,8 +567,9 @@ void moe_matmul_grouped(const MoeGroupedMatmulArgs& a) {
                              ? std::pair<const uint8_t*, uint64_t>{a.x_q8, uint64_t(a.w.cols / 32) * dev::kQ8Bytes}
                              : prepare_act(a.w.type, a.x, a.w.cols, n_in, a.scratch, a.stream);
     mmq::grouped({.w = a.w, .expert_stride = a.expert_stride, .n_expert = a.n_expert, .order = a.order,
-                  .tiles = a.tiles, .max_tiles = max_tiles, .tile_slots = a.tile_slots, .act = act,
-                  .act_stride = stride, .act_div = a.x_per_slot ? 1 : a.n_used, .y = a.y, .stream = a.stream});
+                  .tiles = a.tiles, .max_tiles = max_tiles, .tile_slots = a.tile_slots, .n_slots = a.n_slots,
+                  .act = act, .act_stride = stride, .act_div = a.x_per_slot ? 1 : a.n_used, .y = a.y,
+                  .stream = a.stream});
     return;
   }
   // The warp-per-row kernel: tiles of kTile.

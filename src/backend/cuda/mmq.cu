@@ -22,11 +22,13 @@
 // Rows of 144 bytes put the 8 rows that one ldmatrix phase reads into distinct banks. Rows past the matrix, tokens
 // past the tile and blocks past the row are zeros with scale 0, and their results are never stored.
 //
-// Grouped Q8_0 experts take mmq_piece.cu's kernel by default: where an expert has few slots (Qwen3.6-35B-A3B's 256
-// experts average 16 of a 512-token prompt's) the products are bound by the weights' reads, and its stages of 8 blocks,
-// copied 16 bytes at a time into shared memory while the stage before is multiplied, read them at about twice this
-// kernel's rate (on an H100 at that shape 960 against 510 GB/s). The two compute the same block terms in the same
-// order, so their results are equal bit for bit (CudaMmqGrouped compares every tile shape).
+// Grouped Q8_0 experts take mmq_piece.cu's kernel by default, and Q4_0 experts where they average at most 16 slots:
+// with few slots an expert (Qwen3.6-35B-A3B's 256 experts average 16 of a 512-token prompt's) the products are bound
+// by the weights' reads, and its stages of 8 blocks, copied 16 bytes at a time into shared memory while the stage
+// before is multiplied, read them faster (on an H100 at that shape Q8_0 at 960-980 against 590-610 GB/s, Q4_0 at
+// 700-780 against 560-620). With 32 slots an expert (the 30B shape's 128) this kernel's 128 x 64 tiles read Q4_0 faster
+// (520-560 against 490-510 GB/s; Gemma 4 26B-A4B prefilled 8,750 against 8,250 tok/s). The two compute the same block
+// terms in the same order, so their results are equal bit for bit (CudaMmqGrouped compares every tile shape).
 //
 // Grouped experts: moe_plan cuts each expert's slots into tiles of tile_slots; the kernel merges runs of
 // 64 / tile_slots consecutive tiles of one expert into one item of up to 64 slots, so an expert's weights are read
@@ -355,11 +357,13 @@ void grouped(const GroupedArgs& a) {
   DF_CHECK(a.order != nullptr && a.tiles != nullptr && a.n_expert > 0 && a.act_div >= 1);
   DF_CHECK(a.tile_slots >= 1 && a.tile_slots <= kMaxBN && a.max_tiles > 0 && a.max_tiles <= 0x7fffffff);
   DF_CHECK(a.expert_stride >= uint64_t(a.w.rows) * a.w.row_bytes);
-  // Q8_0 as a piece type unless a tile of 128 rows is asked for (the comment at the top says why).
-  const bool pieces = kq::piece_type(a.w.type) || (a.w.type == GgmlType::Q8_0 && a.tile.rows != 128);
-  const int bm = a.tile.rows != 0 ? a.tile.rows : pieces ? 64 : 128;
+  // The piece kernel's 64-row tiles or this file's kernel's 128-row ones, as asked, else by type and slots an expert
+  // (the comment at the top says why); the piece types have no 128-row tiles.
+  const bool few_slots = a.n_slots > 0 && a.n_slots <= 16 * int64_t(a.n_expert);
+  const bool pieces = a.tile.rows != 0 ? a.tile.rows != 128 : a.w.type != GgmlType::Q4_0 || few_slots;
+  const int bm = pieces ? 64 : 128;
   // Runs of `group` plan tiles of one expert per item: at most group * tile_slots <= bn slots, at most 32 tiles (a
-  // warp counts them). The piece types take items of 32 (of 64 where a plan tile is longer): every warp decodes
+  // warp counts them). The piece kernel takes items of 32 (of 64 where a plan tile is longer): every warp decodes
   // weights, but those past an item's slots have no products to do, and an expert of the 30B shape's prefill
   // averages 32 slots.
   int bn = a.tile.tokens != 0 ? a.tile.tokens : pieces && a.tile_slots <= 32 ? 32 : kMaxBN;

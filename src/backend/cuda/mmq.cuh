@@ -33,6 +33,7 @@ struct GroupedArgs {
   const int32_t* tiles = nullptr;
   int64_t max_tiles = 0;  // moe_max_tiles(n_slots, n_expert, tile_slots): bounds the plan's tile count
   int32_t tile_slots = 0;
+  int64_t n_slots = 0;    // the plan's slots, for the choice of tile (0: unknown)
   const uint8_t* act = nullptr;
   uint64_t act_stride = 0;
   int32_t act_div = 1;

@@ -392,6 +392,7 @@ bool launch_piece_bn(GgmlType t, const Params& p, unsigned gx, unsigned gy, cuda
   switch (t) {
 #define DF_MMQ_PIECE(T) \
   case T: launch_piece_t<T, BN>(p, gx, gy, stream); return true;
+    DF_MMQ_PIECE(GgmlType::Q4_0)
     DF_MMQ_PIECE(GgmlType::Q8_0)
     DF_MMQ_PIECE(GgmlType::Q4_1)
     DF_MMQ_PIECE(GgmlType::Q5_0)
