@@ -78,7 +78,9 @@ TEST_P(GpuStream, GoldCasesMatchWithAFewExpertsPerLayer) {
 // the resident model's up to the grouped products' f32 order: top-1 everywhere on these short runs is not
 // guaranteed, so the bound is the grouped-vs-per-slot one (2% of the largest logit); the decode steps run the same
 // kernels as resident decode on the same bytes, so they must agree exactly once the prompt's KV cache agrees --
-// checked with a prompt of one token.
+// checked with a prompt of one token. The streamed steps replay their segments from graphs (forward.h); so they do
+// with the next layer's guesses copied to the host in them (prefetch), and the same steps issued launch by launch
+// agree too.
 TEST_P(GpuStream, LogitsMatchTheResidentModel) {
   DF_REQUIRE_GPU();
   const std::string name = GetParam();
@@ -109,17 +111,27 @@ TEST_P(GpuStream, LogitsMatchTheResidentModel) {
               max_diff, max_mag);
   EXPECT_LE(max_diff, 0.02 * max_mag + 1e-3);
 
+  auto ahead = open_gpu(path.string(), 256, {.slots = slots, .cpu_experts = false, .prefetch = true});
+  auto direct = open_gpu(path.string(), 256, {.slots = slots, .decode_graph = false, .cpu_experts = false});
+  ASSERT_TRUE(ahead && direct);
   auto c = session_of(*resident);
   auto d = session_of(*gpu);
-  ASSERT_TRUE(c && d);
+  auto e = session_of(*ahead);
+  auto f = session_of(*direct);
+  ASSERT_TRUE(c && d && e && f);
   sampling::Sampler greedy({.temp = 0});
   int32_t tok = 1;
   for (int step = 0; step < 24; ++step) {
-    ASSERT_TRUE(c->eval(std::span(&tok, 1)).ok());
-    ASSERT_TRUE(d->eval(std::span(&tok, 1)).ok());
+    for (engine::Session* s : {&*c, &*d, &*e, &*f}) ASSERT_TRUE(s->eval(std::span(&tok, 1)).ok());
     auto lc = c->logits();
-    auto ld = d->logits();
-    ASSERT_TRUE(std::equal(lc.begin(), lc.end(), ld.begin(), ld.end())) << name << " decode step " << step;
+    const char* what[] = {"segments replayed", "segments replayed, reads ahead", "launch by launch"};
+    int i = 0;
+    for (engine::Session* s : {&*d, &*e, &*f}) {
+      auto l = s->logits();
+      ASSERT_TRUE(std::equal(lc.begin(), lc.end(), l.begin(), l.end()))
+          << name << " decode step " << step << ", streamed " << what[i];
+      ++i;
+    }
     tok = c->next_token(greedy, {});
   }
 }

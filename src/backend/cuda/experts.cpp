@@ -36,9 +36,18 @@ class AddSeconds {
 
 }  // namespace
 
+RoutedExperts::RoutedExperts(const GpuModel& m, std::vector<DeviceBuffer>& buf, bool grouped, uint32_t max_batch)
+    : m_(m), buf_(buf), grouped_(grouped), glu_(m.spec.family == model::Family::kGemma4 ? Glu::kGelu : Glu::kSilu) {
+  if (!m.streamed) return;
+  const uint64_t nk = uint64_t(max_batch) * m.spec.n_expert_used;
+  reserve_pinned(ids_host_, (nk + m.spec.n_expert_used) * 4);
+  if (m.streamed->cpu == nullptr) return;
+  reserve_pinned(xn_host_, uint64_t(max_batch) * m.spec.n_embd * 4);
+  reserve_pinned(wts_host_, nk * 4);
+}
+
 void RoutedExperts::guess(const GpuLayer& next, int64_t n) {
-  guessed_ = false;
-  if (n != 1 || !m_.streamed || !m_.streamed->prefetch) return;
+  if (!guessing(n)) return;
   const model::ModelSpec& s = m_.spec;
   const int64_t E = s.n_embd, X = s.n_expert, K = s.n_expert_used;
   float* g = at<float>(Buf::guess);
@@ -53,7 +62,25 @@ void RoutedExperts::guess(const GpuLayer& next, int64_t n) {
           .stream = m_.stream});
   route({.logits = logits, .n_tok = 1, .n_expert = int(X), .n_used = int(K), .norm_topk = s.norm_topk, .ids = ids,
          .weights = reinterpret_cast<float*>(ids + K), .stream = m_.stream});
-  guessed_ = true;
+}
+
+void RoutedExperts::fetch(uint32_t il, int64_t n) {
+  if (!m_.streamed) return;
+  const model::ModelSpec& s = m_.spec;
+  const int64_t nk = n * s.n_expert_used, E = s.n_embd, X = s.n_expert;
+  DF_CHECK(ids_host_.size() >= uint64_t(nk + s.n_expert_used) * 4);  // n within the max_batch it was sized for
+  int32_t* ids = reinterpret_cast<int32_t*>(ids_host_.data());
+  cudaStream_t stream = m_.stream;
+  DF_CUDA_CHECK(cudaMemcpyAsync(ids, at<int32_t>(Buf::ids), nk * 4, cudaMemcpyDeviceToHost, stream));
+  if (guessing(n) && il + 1 < s.n_layer)
+    DF_CUDA_CHECK(cudaMemcpyAsync(ids + nk, at<float>(Buf::guess) + E + X, s.n_expert_used * 4,
+                                  cudaMemcpyDeviceToHost, stream));
+  // Decode steps (one sequence's token or a token of each of several): the CPU may share the misses, and needs the
+  // normed rows and the routing weights too.
+  if (splits(n)) {
+    DF_CUDA_CHECK(cudaMemcpyAsync(xn_host_.data(), at<float>(Buf::xn), n * E * 4, cudaMemcpyDeviceToHost, stream));
+    DF_CUDA_CHECK(cudaMemcpyAsync(wts_host_.data(), at<float>(Buf::wts), nk * 4, cudaMemcpyDeviceToHost, stream));
+  }
 }
 
 void RoutedExperts::run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out) {
@@ -181,22 +208,10 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
   DF_CHECK(slots >= uint32_t(K));
   cudaStream_t stream = m_.stream;
 
-  // The router's choices (and the next layer's guess) to the host: the layer's one round trip.
-  const bool guessed = guessed_ && il + 1 < s.n_layer;
-  reserve_pinned(ids_host_, uint64_t(nk + K) * 4);
-  int32_t* ids = reinterpret_cast<int32_t*>(ids_host_.data());
-  DF_CUDA_CHECK(cudaMemcpyAsync(ids, at<int32_t>(Buf::ids), nk * 4, cudaMemcpyDeviceToHost, stream));
-  if (guessed)
-    DF_CUDA_CHECK(cudaMemcpyAsync(ids + nk, at<float>(Buf::guess) + E + X, K * 4, cudaMemcpyDeviceToHost, stream));
-  // Decode steps (one sequence's token or a token of each of several): the CPU may share the misses, and needs the
-  // normed rows and the routing weights too.
-  const bool split = (n == 1 || many_sequences_) && st.cpu != nullptr;
-  if (split) {
-    reserve_pinned(xn_host_, uint64_t(n * E) * 4);
-    reserve_pinned(wts_host_, uint64_t(nk) * 4);
-    DF_CUDA_CHECK(cudaMemcpyAsync(xn_host_.data(), at<float>(Buf::xn), n * E * 4, cudaMemcpyDeviceToHost, stream));
-    DF_CUDA_CHECK(cudaMemcpyAsync(wts_host_.data(), at<float>(Buf::wts), nk * 4, cudaMemcpyDeviceToHost, stream));
-  }
+  // The router's choices (and the next layer's guess), fetched: the layer's one round trip.
+  const bool guessed = guessing(n) && il + 1 < s.n_layer;
+  const bool split = splits(n);
+  const int32_t* ids = reinterpret_cast<const int32_t*>(ids_host_.data());
   {
     const AddSeconds wait(times_.gpu_wait_s);
     DF_CUDA_CHECK(cudaStreamSynchronize(stream));

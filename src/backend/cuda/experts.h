@@ -25,19 +25,28 @@ namespace df::cuda {
 
 class RoutedExperts {
  public:
-  RoutedExperts(const GpuModel& m, std::vector<DeviceBuffer>& buf, bool grouped)
-      : m_(m), buf_(buf), grouped_(grouped), glu_(m.spec.family == model::Family::kGemma4 ? Glu::kGelu : Glu::kSilu) {}
+  // max_batch: the most tokens of one run (the host's copies of the router's choices are sized for it once, so that
+  // a captured copy keeps its address).
+  RoutedExperts(const GpuModel& m, std::vector<DeviceBuffer>& buf, bool grouped, uint32_t max_batch);
 
   // The next layer's experts as its router picks them from the residual x (decode with streamed experts, before this
-  // layer's FFN overwrites xn): into Buf::guess, read by run().
+  // layer's FFN overwrites xn): into Buf::guess, read by run(). Launches only where guessing(n).
   void guess(const GpuLayer& next, int64_t n);
-  // Layer il, n tokens: the router's ids and weights are in Buf::ids / Buf::wts, the normed input in Buf::xn (xq its
-  // Q8_0 blocks when fused: moe_decode_gate_up applies, and the fused down launch where it takes the rows); adds the
-  // experts' weighted sum into the residual stream, or writes it to out ([n][n_embd], not Buf::proj) where given.
+  bool guessing(int64_t n) const { return n == 1 && m_.streamed && m_.streamed->prefetch; }
+  // Streamed experts: layer il's router choices (and the guess, and for a decode step the normed rows and routing
+  // weights) queued for copying to the host, where run() reads them after its one wait. Queues nothing where the
+  // experts are resident. Only launches and copies, so that it can be captured with the layer's other work.
+  void fetch(uint32_t il, int64_t n);
+  // Layer il, n tokens: the router's ids and weights are in Buf::ids / Buf::wts (and fetched, where the experts
+  // stream), the normed input in Buf::xn (xq its Q8_0 blocks when fused: moe_decode_gate_up applies, and the fused
+  // down launch where it takes the rows); adds the experts' weighted sum into the residual stream, or writes it to out
+  // ([n][n_embd], not Buf::proj) where given.
   void run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out = nullptr);
   // The next runs step several sequences a token each (GpuSession::decode_many), not one sequence's tokens: like
   // one token, such a step may give the CPU a share of its missed experts (a prefill batch leaves them to the GPU).
   void set_many_sequences(bool many) { many_sequences_ = many; }
+  // Whether a run of n tokens may give the CPU a share of its missed experts.
+  bool splits(int64_t n) const { return m_.streamed && m_.streamed->cpu != nullptr && (n == 1 || many_sequences_); }
   // A streamed read failed during this pass (the rest of the pass is skipped); taken once.
   Status take_status() { return std::exchange(status_, Status{}); }
   uint64_t cpu_experts() const { return cpu_count_; }
@@ -76,13 +85,14 @@ class RoutedExperts {
   Glu glu_;  // the experts' gate activation
   Status status_;
   model::MoeSchedule schedule_;
-  io::AlignedBuffer ids_host_, plan_host_;  // pinned: the router's ids (and the guess); per group, its plan
-  io::AlignedBuffer xn_host_, wts_host_, cpu_out_host_;  // pinned: normed rows, routing weights, the CPU's rows
+  // Pinned, sized for max_batch tokens where the experts stream: the router's ids and the guess ([n * K + K]); where
+  // the CPU shares, the normed rows ([n][n_embd]) and the routing weights ([n * K]).
+  io::AlignedBuffer ids_host_, xn_host_, wts_host_;
+  io::AlignedBuffer plan_host_, cpu_out_host_;  // pinned: per group, its plan; the CPU's rows
   std::vector<int64_t> pairs_;              // the CPU's (token, slot) pairs, expert by expert
   std::vector<float> cpu_in_, cpu_rows_;    // several tokens: each pair's input row, and its output row
   std::vector<int32_t> group_slots_;
   cpu::ExpertScratch cpu_scratch_;
-  bool guessed_ = false;       // Buf::guess holds the next layer's guess (decode, streamed)
   bool many_sequences_ = false;  // set_many_sequences
   model::CpuRate cpu_rate_;
   std::chrono::steady_clock::time_point cpu_done_{};  // when the CPU last finished a share

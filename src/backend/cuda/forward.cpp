@@ -13,25 +13,35 @@ void Forward::run(int64_t n, bool all_logits, float* logits) {
   const GpuWeights& w = *m_.weights;
   const int64_t E = s.n_embd;
   float* x = at<float>(Buf::x);
-  get_rows({.table = w.token_embd(), .ids = at<int32_t>(Buf::tok), .n = n, .out = x, .stream = m_.stream});
   for (uint32_t il = 0; il < s.n_layer; ++il) {
     const GpuLayer& l = w.layer(il);
+    const ExpertInput in = expert_input(l, il, n);
     // Each sublayer norms x into xn and adds its output back into x.
-    attention_block(l, il, n);
-    ffn_block(l, il, n);
+    segment(il, [&] {
+      if (il == 0)
+        get_rows({.table = w.token_embd(), .ids = at<int32_t>(Buf::tok), .n = n, .out = x, .stream = m_.stream});
+      attention_block(l, il, n);
+      ffn_block(l, il, n, in);
+    });
+    if (s.moe()) experts_.run(l, il, n, in.xq, in.fused);
   }
-  const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
-  normed_products(x + first * E, w.output_norm(), n_out, {{&w.output(), logits}});
+  segment(s.n_layer, [&] {
+    const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
+    normed_products(x + first * E, w.output_norm(), n_out, {{&w.output(), logits}});
+  });
+}
+
+bool Forward::q8_inputs(std::span<const model::Mat* const> ws) const {
+  bool q8 = ws.size() > 0;
+  for (const model::Mat* w : ws) q8 = q8 && q8_activation_type(w->type) && w->cols == int64_t(m_.spec.n_embd);
+  return q8;
 }
 
 const uint8_t* Forward::norm_input(const float* x, const float* weight, int64_t n,
                                    std::span<const model::Mat* const> ws) {
   const model::ModelSpec& s = m_.spec;
   const int64_t E = s.n_embd;
-  bool q8 = ws.size() > 0;
-  for (const model::Mat* w : ws)
-    q8 = q8 && q8_activation_type(w->type) && w->cols == E;
-  if (!q8) {
+  if (!q8_inputs(ws)) {
     rms_norm({.x = x, .weight = weight, .y = at<float>(Buf::xn), .n_rows = n, .cols = E, .eps = s.norm_eps,
               .stream = m_.stream});
     return nullptr;
@@ -177,7 +187,17 @@ void Forward::attention_block(const GpuLayer& l, uint32_t il, int64_t n) {
   add_product(l.wo, at<float>(Buf::attn), n, oq);
 }
 
-void Forward::ffn_block(const GpuLayer& l, uint32_t il, int64_t n) {
+Forward::ExpertInput Forward::expert_input(const GpuLayer& l, uint32_t il, int64_t n) const {
+  if (!m_.spec.moe()) return {};
+  // A few tokens of quantized experts: the two-launch path, on xn's Q8_0 blocks where gate and up both take them.
+  // Streamed experts live in the GPU tier's slots, which have the layout of the file's experts.
+  const model::ExpertWeights w = experts_.matrices(l, il);
+  const bool fused = n <= kDecodeMaxTok && moe_decode_gate_up_supported(w.gate, w.up, n, int(m_.spec.n_expert_used));
+  const model::Mat* gate_up[] = {&w.gate, &w.up};
+  return {.xq = fused && q8_inputs(gate_up) ? at<uint8_t>(Buf::scratch) : nullptr, .fused = fused};
+}
+
+void Forward::ffn_block(const GpuLayer& l, uint32_t il, int64_t n, const ExpertInput& in) {
   const model::ModelSpec& s = m_.spec;
   float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
   if (!s.moe()) {
@@ -189,29 +209,23 @@ void Forward::ffn_block(const GpuLayer& l, uint32_t il, int64_t n) {
   const int K = int(s.n_expert_used);
   // The next layer's experts, guessed from this residual before this layer's norm replaces xn (streamed decode).
   if (il + 1 < s.n_layer) experts_.guess(m_.weights->layer(il + 1), n);
-  // A few tokens of quantized experts: the two-launch path. Streamed experts live in the GPU tier's slots, which
-  // have the layout of the file's experts.
-  const model::ExpertWeights w = experts_.matrices(l, il);
-  const bool fused = n <= kDecodeMaxTok && moe_decode_gate_up_supported(w.gate, w.up, n, K);
-  const model::Mat* gate_up[] = {&w.gate, &w.up};
-  const bool q8 = fused && q8_activation_type(w.gate.type) && q8_activation_type(w.up.type) &&
-                  w.gate.cols == int64_t(s.n_embd);
-  const uint8_t* xq = nullptr;
   if (normed_router_supported(l.gate_inp, n)) {
     // The norm inside the router's launch; it leaves xn (and its Q8_0 blocks) as norm_input would.
-    uint8_t* q = q8 ? at<uint8_t>(Buf::scratch) : nullptr;
     normed_router({.w = l.gate_inp, .x = at<float>(Buf::x), .norm = l.ffn_norm.f32(), .eps = s.norm_eps, .n_tok = n,
-                   .y = at<float>(Buf::router), .xn = at<float>(Buf::xn), .xq = q, .stream = m_.stream});
-    xq = q;
+                   .y = at<float>(Buf::router), .xn = at<float>(Buf::xn), .xq = in.xq, .stream = m_.stream});
   } else {
-    xq = norm_input(at<float>(Buf::x), l.ffn_norm.f32(), n, fused ? std::span(gate_up) : std::span<const model::Mat*>());
+    const model::ExpertWeights w = experts_.matrices(l, il);
+    const model::Mat* gate_up[] = {&w.gate, &w.up};
+    const uint8_t* xq = norm_input(at<float>(Buf::x), l.ffn_norm.f32(), n,
+                                   in.fused ? std::span(gate_up) : std::span<const model::Mat*>());
+    DF_CHECK(xq == in.xq);
     matmul({.w = l.gate_inp, .x = at<float>(Buf::xn), .n_tok = n, .y = at<float>(Buf::router),
             .scratch = at<uint8_t>(Buf::scratch), .stream = m_.stream, .x_q8 = xq});
   }
   route({.logits = at<float>(Buf::router), .n_tok = n, .n_expert = int(s.n_expert), .n_used = K,
          .norm_topk = s.norm_topk, .ids = at<int32_t>(Buf::ids), .weights = at<float>(Buf::wts),
          .stream = m_.stream});
-  experts_.run(l, il, n, xq, fused);
+  experts_.fetch(il, n);
 }
 
 }  // namespace df::cuda

@@ -2,6 +2,12 @@
 // bottom as the CPU's (backend/cpu/forward.cpp): embedding gather, per layer the attention sublayer (norm, q/k/v,
 // qk-norm, RoPE, f16 KV store, attention, output) and the feed-forward sublayer (dense SwiGLU, or router and the
 // routed experts of experts.h), each with its residual add; the final norm and the head.
+//
+// A decode step whose experts stream waits for the router's choices in every MoE layer, so one graph cannot hold it
+// (the session captures the whole step where every expert is resident). Its work between two of those waits is a
+// segment instead: the rest of one layer after its experts, the next layer up to its router's choices, fetched.
+// With segments replayed, each is captured as a graph at the first step and replayed by the steps after, and the host
+// issues one launch per layer where it issued some twenty; the experts' own work runs anew each step.
 #pragma once
 
 #include <initializer_list>
@@ -12,13 +18,14 @@
 
 #include "backend/cuda/experts.h"
 #include "diskformer/backend/cuda/session.h"
+#include "diskformer/cudart/graphs.h"
 
 namespace df::cuda {
 
 class Forward {
  public:
   Forward(const GpuModel& m, std::vector<DeviceBuffer>& buf, const GpuSessionOptions& o)
-      : m_(m), buf_(buf), o_(o), experts_(m, buf, o.grouped_experts) {}
+      : m_(m), buf_(buf), o_(o), experts_(m, buf, o.grouped_experts, o.max_batch) {}
   virtual ~Forward() = default;
 
   // One batch of n <= max_batch tokens whose ids and positions are in Buf::tok / Buf::pos; the logits of the last
@@ -38,12 +45,29 @@ class Forward {
     token_caches_ = std::move(caches);
     experts_.set_many_sequences(!token_caches_.empty());
   }
+  // Whether the next runs replay their segments from graphs (the comment at the top): for single-token steps at an
+  // unknown first position (set_first_pos(-1)) in this session's cache, with all_logits off, of a model whose
+  // experts stream. The graphs hold the buffers' addresses: drop_graphs() where one moves.
+  void set_replay_segments(bool on) { replay_ = on; }
+  void drop_graphs() { segments_.clear(); }
+  size_t graphs() const { return segments_.size(); }
 
  protected:
   template <typename T>
   T* at(Buf b) const { return buf_[size_t(b)].as<T>(); }
-  // Norms n rows of the residual stream at x into xn; when every product in ws takes Q8_0 activations of xn, they
-  // are quantized in the same launch and returned (in scratch, shared by those products), else nullptr.
+  // The launches that segment `key` of a step issues: replayed from its graph where segments replay, else issued.
+  template <class F>
+  void segment(uint32_t key, F&& launches) {
+    if (replay_) {
+      segments_.run(m_.stream, key, launches);
+    } else {
+      launches();
+    }
+  }
+  // Whether every product in ws takes Q8_0 activations of xn (norm_input then quantizes them).
+  bool q8_inputs(std::span<const model::Mat* const> ws) const;
+  // Norms n rows of the residual stream at x into xn; when q8_inputs(ws), they are quantized in the same launch and
+  // returned (in scratch, shared by those products), else nullptr.
   const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::span<const model::Mat* const> ws);
   // The products of xn with up to 3 matrices: one decode_matvec launch for a few tokens when xq holds xn's Q8_0
   // blocks and the kernel takes every matrix, else a matmul each (the same results).
@@ -70,10 +94,22 @@ class Forward {
   RoutedExperts experts_;
   int64_t first_pos_ = -1;  // -1: unknown
   std::vector<KvCaches> token_caches_;
+  bool replay_ = false;     // set_replay_segments
+  StreamGraphs segments_;   // by segment: layer il's is key il, the head's n_layer
 
-  // The llama families' sublayers (qwen35moe's feed-forward is qwen3moe's).
+  // How a layer's routed experts take their input, decided from the weights' types and n alone (so that a replayed
+  // segment, which runs no host code, leaves the same decision): the fused two-launch path, and xn's Q8_0 blocks
+  // where its launches wrote them.
+  struct ExpertInput {
+    uint8_t* xq = nullptr;  // written by the norm's launch
+    bool fused = false;
+  };
+  ExpertInput expert_input(const GpuLayer& l, uint32_t il, int64_t n) const;
+  // The llama families' sublayers (qwen35moe's feed-forward is qwen3moe's). ffn_block is the dense SwiGLU, or for
+  // MoE everything before the routed experts: the next layer's guess, the norm, the router and its choices, fetched.
+  // The experts are experts_.run(l, il, n, in.xq, in.fused) after it.
   void attention_block(const GpuLayer& l, uint32_t il, int64_t n);
-  void ffn_block(const GpuLayer& l, uint32_t il, int64_t n);
+  void ffn_block(const GpuLayer& l, uint32_t il, int64_t n, const ExpertInput& in);
 };
 
 }  // namespace df::cuda

@@ -13,19 +13,53 @@ void Gemma4Forward::run(int64_t n, bool all_logits, float* logits) {
   const GpuWeights& w = *m_.weights;
   const int64_t E = s.n_embd;
   float* x = at<float>(Buf::x);
-  get_rows({.table = w.token_embd(), .ids = at<int32_t>(Buf::tok), .n = n, .out = x, .stream = m_.stream});
-  scale({.x = x, .n = n * E, .s = std::sqrt(float(E)), .stream = m_.stream});
-  if (s.n_embd_per_layer > 0) per_layer_inputs(n);
+  // A layer's end (after its routed experts) opens the next layer's segment.
   for (uint32_t il = 0; il < s.n_layer; ++il) {
     const GpuLayer& l = w.layer(il);
-    attention(l, il, n);
-    ffn(l, il, n);
-    if (s.n_embd_per_layer > 0) ple_block(l, il, n);
+    const ExpertInput in = moe_input(l, il, n);
+    segment(il, [&] {
+      if (il == 0) {
+        get_rows({.table = w.token_embd(), .ids = at<int32_t>(Buf::tok), .n = n, .out = x, .stream = m_.stream});
+        scale({.x = x, .n = n * E, .s = std::sqrt(float(E)), .stream = m_.stream});
+        if (s.n_embd_per_layer > 0) per_layer_inputs(n);
+      } else {
+        layer_end(w.layer(il - 1), il - 1, n);
+      }
+      attention(l, il, n);
+      ffn(l, il, n, in);
+    });
+    if (moe(l)) experts_.run(l, il, n, in.xq, in.fused, at<float>(Buf::moe_out));
   }
-  const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
-  normed_products(x + first * E, w.output_norm(), n_out, {{&w.output(), logits}});
-  if (s.final_logit_softcap != 0.0f)
-    softcap({.x = logits, .n = n_out * int64_t(s.n_vocab), .cap = s.final_logit_softcap, .stream = m_.stream});
+  segment(s.n_layer, [&] {
+    layer_end(w.layer(s.n_layer - 1), s.n_layer - 1, n);
+    const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
+    normed_products(x + first * E, w.output_norm(), n_out, {{&w.output(), logits}});
+    if (s.final_logit_softcap != 0.0f)
+      softcap({.x = logits, .n = n_out * int64_t(s.n_vocab), .cap = s.final_logit_softcap, .stream = m_.stream});
+  });
+}
+
+Forward::ExpertInput Gemma4Forward::moe_input(const GpuLayer& l, uint32_t il, int64_t n) const {
+  if (!moe(l)) return {};
+  // The two-launch decode path where it applies and gate and up take the norm's Q8_0 blocks.
+  const model::ExpertWeights ew = experts_.matrices(l, il);
+  const model::Mat* gate_up[] = {&ew.gate, &ew.up};
+  const bool fused = n <= kDecodeMaxTok &&
+                     moe_decode_gate_up_supported(ew.gate, ew.up, n, int(m_.spec.n_expert_used)) && q8_inputs(gate_up);
+  return {.xq = fused ? at<uint8_t>(Buf::scratch) : nullptr, .fused = fused};
+}
+
+void Gemma4Forward::layer_end(const GpuLayer& l, uint32_t il, int64_t n) {
+  const model::ModelSpec& s = m_.spec;
+  // The layer's output scale goes with its last residual add: this one unless a per-layer input block follows.
+  if (moe(l)) {
+    // The experts' sum normed, plus the dense MLP's output normed, normed again into the residual stream.
+    moe_post_norms({.a = at<float>(Buf::moe_out), .wa = l.ffn_post_norm_2.f32(), .b = at<float>(Buf::ffn_out),
+                    .wb = l.ffn_post_norm_1.f32(), .w = l.ffn_post_norm.f32(), .x = at<float>(Buf::x),
+                    .then_scale = s.n_embd_per_layer == 0 ? l.out_scale.f32() : nullptr, .n_rows = n,
+                    .cols = int64_t(s.n_embd), .eps = s.norm_eps, .stream = m_.stream});
+  }
+  if (s.n_embd_per_layer > 0) ple_block(l, il, n);
 }
 
 void Gemma4Forward::add_normed(const float* y, const model::Mat& weight, int64_t n, const float* then_scale) {
@@ -97,19 +131,17 @@ void Gemma4Forward::attention(const GpuLayer& l, uint32_t il, int64_t n) {
   add_normed(proj, l.attn_post_norm, n, nullptr);
 }
 
-void Gemma4Forward::ffn(const GpuLayer& l, uint32_t il, int64_t n) {
+void Gemma4Forward::ffn(const GpuLayer& l, uint32_t il, int64_t n, const ExpertInput& in) {
   const model::ModelSpec& s = m_.spec;
   const int64_t E = s.n_embd, F = s.layers[il].n_ff;
   float *x = at<float>(Buf::x), *gate = at<float>(Buf::gate), *up = at<float>(Buf::up);
-  const bool moe = l.gate_inp.data != nullptr;
-  // The layer's output scale goes with its last residual add: this one unless a per-layer input block follows.
-  const float* out_scale = s.n_embd_per_layer == 0 ? l.out_scale.f32() : nullptr;
   // The dense MLP: GeGLU.
-  float* f = at<float>(moe ? Buf::ffn_out : Buf::proj);
+  float* f = at<float>(moe(l) ? Buf::ffn_out : Buf::proj);
   normed_products(x, l.ffn_norm.f32(), n, {{&l.ffn_gate, gate}, {&l.ffn_up, up}});
   gated_product(l.ffn_down, gate, {.on = true, .act = Glu::kGelu, .mul = up, .mul_stride = F}, n, f);
-  if (!moe) {
-    add_normed(f, l.ffn_post_norm, n, out_scale);
+  if (!moe(l)) {
+    // The layer's output scale goes with its last residual add: this one unless a per-layer input block follows.
+    add_normed(f, l.ffn_post_norm, n, s.n_embd_per_layer == 0 ? l.out_scale.f32() : nullptr);
     return;
   }
   const int K = int(s.n_expert_used);
@@ -126,16 +158,11 @@ void Gemma4Forward::ffn(const GpuLayer& l, uint32_t il, int64_t n) {
          .expert_scale = l.down_exps_scale.f32()});
   // The experts' input: norm(x) pre_ffw_norm_2 (and its Q8_0 blocks for the two-launch decode path).
   const model::ExpertWeights ew = experts_.matrices(l, il);
-  const bool fused = n <= kDecodeMaxTok && moe_decode_gate_up_supported(ew.gate, ew.up, n, K);
   const model::Mat* gate_up[] = {&ew.gate, &ew.up};
   const uint8_t* xq =
-      norm_input(x, l.ffn_pre_norm_2.f32(), n, fused ? std::span(gate_up) : std::span<const model::Mat*>());
-  // The experts' sum normed, plus the dense MLP's output normed, normed again into the residual stream.
-  float* sum = at<float>(Buf::moe_out);
-  experts_.run(l, il, n, xq, fused && xq != nullptr, sum);
-  moe_post_norms({.a = sum, .wa = l.ffn_post_norm_2.f32(), .b = f, .wb = l.ffn_post_norm_1.f32(),
-                  .w = l.ffn_post_norm.f32(), .x = x, .then_scale = out_scale, .n_rows = n, .cols = E,
-                  .eps = s.norm_eps, .stream = m_.stream});
+      norm_input(x, l.ffn_pre_norm_2.f32(), n, in.fused ? std::span(gate_up) : std::span<const model::Mat*>());
+  DF_CHECK(xq == in.xq);
+  experts_.fetch(il, n);
 }
 
 void Gemma4Forward::ple_block(const GpuLayer& l, uint32_t il, int64_t n) {

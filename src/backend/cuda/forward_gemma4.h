@@ -18,9 +18,16 @@ class Gemma4Forward final : public Forward {
   void run(int64_t n, bool all_logits, float* logits) override;
 
  private:
+  static bool moe(const GpuLayer& l) { return l.gate_inp.data != nullptr; }
+  // expert_input's decision for gemma4: the two-launch path only on the norm's Q8_0 blocks.
+  ExpertInput moe_input(const GpuLayer& l, uint32_t il, int64_t n) const;
   void per_layer_inputs(int64_t n);
   void attention(const GpuLayer& l, uint32_t il, int64_t n);
-  void ffn(const GpuLayer& l, uint32_t il, int64_t n);
+  // The dense MLP (normed and added where the layer has no experts), and in a MoE layer everything before the
+  // routed experts: the guess, the router and its choices (fetched), the experts' norm. layer_end finishes the layer
+  // after them: the feed-forward's post-norms (MoE) and the per-layer input block.
+  void ffn(const GpuLayer& l, uint32_t il, int64_t n, const ExpertInput& in);
+  void layer_end(const GpuLayer& l, uint32_t il, int64_t n);
   void ple_block(const GpuLayer& l, uint32_t il, int64_t n);
   // x += norm(y) * weight for n rows of n_embd (a sublayer's post-norm and residual add), the sums then times
   // *then_scale where set (the layer's output scale, with its last add).

@@ -18,23 +18,34 @@ HybridForward::HybridForward(const GpuModel& m, std::vector<DeviceBuffer>& buf, 
 void HybridForward::run(int64_t n, bool all_logits, float* logits) {
   const model::ModelSpec& s = m_.spec;
   const GpuWeights& w = *m_.weights;
-  DF_CHECK(save_after_ == 0 || (save_after_ > 0 && save_after_ < n));
+  DF_CHECK(save_after_ == 0 || (save_after_ > 0 && save_after_ < n && !replay_));
   float* x = at<float>(Buf::x);
-  get_rows({.table = w.token_embd(), .ids = at<int32_t>(Buf::tok), .n = n, .out = x, .stream = m_.stream});
+  // The routed experts add into x; xn keeps the normed input that the shared expert reads after them (at the start
+  // of the next layer's segment).
   for (uint32_t il = 0; il < s.n_layer; ++il) {
     const GpuLayer& l = w.layer(il);
-    if (s.is_recurrent(il)) {
-      delta_net(l, slot_[il], n);
-    } else {
-      gated_attention(l, slot_[il], n);
-    }
-    // The routed experts add into x; xn keeps the normed input that the shared expert reads.
-    ffn_block(l, il, n);
-    shared_expert(l, n);
+    const ExpertInput in = expert_input(l, il, n);
+    segment(il, [&] {
+      if (il == 0) {
+        get_rows({.table = w.token_embd(), .ids = at<int32_t>(Buf::tok), .n = n, .out = x, .stream = m_.stream});
+      } else {
+        shared_expert(w.layer(il - 1), n);
+      }
+      if (s.is_recurrent(il)) {
+        delta_net(l, slot_[il], n);
+      } else {
+        gated_attention(l, slot_[il], n);
+      }
+      ffn_block(l, il, n, in);
+    });
+    experts_.run(l, il, n, in.xq, in.fused);
   }
   save_after_ = 0;
-  const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
-  normed_products(x + first * int64_t(s.n_embd), w.output_norm(), n_out, {{&w.output(), logits}});
+  segment(s.n_layer, [&] {
+    shared_expert(w.layer(s.n_layer - 1), n);
+    const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
+    normed_products(x + first * int64_t(s.n_embd), w.output_norm(), n_out, {{&w.output(), logits}});
+  });
 }
 
 void HybridForward::delta_net(const GpuLayer& l, uint32_t slot, int64_t n) {

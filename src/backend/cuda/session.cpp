@@ -105,7 +105,6 @@ GpuSession::GpuSession(const GpuModel& m, const GpuSessionOptions& o) : model_(m
 
 GpuSession::~GpuSession() {
   if (model_.stream) cudaStreamSynchronize(model_.stream);
-  if (graph_) cudaGraphExecDestroy(graph_);
 }
 
 uint64_t GpuSession::cpu_experts_computed() const { return forward_->experts().cpu_experts(); }
@@ -148,12 +147,16 @@ Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_
     DF_TRY(upload_batch(m));
     const uint32_t c1 = n_past_ + uint32_t(m);
     if (lead > n_past_ && lead < c1) hybrid_forward_->save_after(lead - n_past_);
-    // Streamed experts bring the router's choices to the host every layer, which a graph cannot hold.
-    if (m == 1 && !all_logits && opt_.decode_graph && !model_.streamed) {
-      decode_step_graph();
+    // A single-token step replays graphs: the whole step's, or where experts stream (their router's choices come to
+    // the host every layer, which one graph cannot hold) each segment's between those round trips (forward.h).
+    const bool step = m == 1 && !all_logits && opt_.decode_graph;
+    if (step && !model_.streamed) {
+      step_graph_.run(stream, 0, [&] { forward_->run(1, false, logits_dev.as<float>()); });
     } else {
-      forward_->set_first_pos(n_past_);
+      forward_->set_first_pos(step ? -1 : n_past_);
+      forward_->set_replay_segments(step);
       forward_->run(m, all_logits, logits_dev.as<float>());
+      forward_->set_replay_segments(false);
     }
     if (Status failed = forward_->experts().take_status(); !failed.ok()) {
       // A streamed expert could not be read: this batch's positions are not kept.
@@ -178,10 +181,9 @@ Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_
 
 Status GpuSession::hold_logits_rows(uint64_t rows) {
   if (logits_rows_cap_ >= rows) return {};
-  if (graph_) {  // the captured step writes into the old logits buffer
-    DF_CUDA_CHECK(cudaGraphExecDestroy(graph_));
-    graph_ = nullptr;
-  }
+  // The captured step and segments write into the old logits buffer.
+  step_graph_.clear();
+  forward_->drop_graphs();
   DF_ASSIGN(buf_[size_t(Buf::logits)], DeviceBuffer::alloc(rows * model_.spec.n_vocab * 4, "logits"));
   logits_rows_cap_ = rows;
   return {};
@@ -355,18 +357,6 @@ void GpuSession::truncate(uint32_t n_keep) {
   tokens_.resize(n_keep);
   copies_.drop_after(n_keep);
   if (n_keep < n_past_) restore(n_keep);
-}
-
-void GpuSession::decode_step_graph() {
-  if (!graph_) {
-    cudaGraph_t g = nullptr;
-    DF_CUDA_CHECK(cudaStreamBeginCapture(model_.stream, cudaStreamCaptureModeThreadLocal));
-    forward_->run(1, false, buf_[size_t(Buf::logits)].as<float>());
-    DF_CUDA_CHECK(cudaStreamEndCapture(model_.stream, &g));
-    DF_CUDA_CHECK(cudaGraphInstantiate(&graph_, g, 0));
-    DF_CUDA_CHECK(cudaGraphDestroy(g));
-  }
-  DF_CUDA_CHECK(cudaGraphLaunch(graph_, model_.stream));
 }
 
 }  // namespace df::cuda

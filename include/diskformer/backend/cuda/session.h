@@ -24,6 +24,7 @@
 #include "diskformer/cache/cuda/device_tier.h"
 #include "diskformer/cache/tier.h"
 #include "diskformer/cudart/buffer.h"
+#include "diskformer/cudart/graphs.h"
 #include "diskformer/io/buffer.h"
 #include "diskformer/model/records.h"
 #include "diskformer/model/spec.h"
@@ -69,7 +70,9 @@ struct SessionWork {
 struct GpuSessionOptions {
   uint32_t n_ctx = 4096;      // KV cache positions
   uint32_t max_batch = 512;   // tokens per forward pass; longer evals are split
-  bool decode_graph = true;   // replay single-token steps from a captured CUDA graph (all experts resident)
+  // Replay single-token steps from captured CUDA graphs: the whole step where every expert is resident, else the
+  // work between the layers' round trips.
+  bool decode_graph = true;
   // Batches of several tokens multiply the routed experts grouped by expert (moe_matmul_grouped: each expert's
   // weights read once per tile of its tokens) instead of once per (token, slot).
   bool grouped_experts = true;
@@ -130,7 +133,6 @@ class GpuSession {
   };
 
   GpuSession(const GpuModel& m, const GpuSessionOptions& o);
-  void decode_step_graph();
   // The logits buffer holds at least `rows` rows (a larger one drops the captured step, which wrote the old one).
   Status hold_logits_rows(uint64_t rows);
   // staging_'s m ids and m positions to Buf::tok / Buf::pos, the ids' per-layer embedding rows made present first.
@@ -153,7 +155,7 @@ class GpuSession {
   std::vector<float> logits_host_;
   uint64_t logits_rows_ = 0;       // rows the last eval produced
   bool logits_fresh_ = false;      // logits_host_ holds them
-  cudaGraphExec_t graph_ = nullptr;  // the captured single-token step (decode_graph)
+  StreamGraphs step_graph_;          // the captured single-token step (decode_graph, every expert resident)
   std::vector<int32_t> staging_;     // host ids and positions of one batch
   uint64_t last_row_ = 0;            // the last evaluated token's row of the logits buffer
   // Hybrid models: n_past_ counts the positions the state has seen, tokens_ every kept position's token.
