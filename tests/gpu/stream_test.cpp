@@ -138,9 +138,10 @@ TEST_P(GpuStream, LogitsMatchTheResidentModel) {
 
 // Experts from disk: the RAM tier reads them under a budget just under the model size, the GPU tier pulls them from
 // there. Copies only, the same greedy tokens as the resident GPU model, bit for bit; bytes were read from disk. With
-// the CPU's share (by default where its products round as the GPU's) it still takes some from there; its rows join
-// the sum in another order, which can flip a near-tie of this random prompt, so its tokens are only printed (the
-// gold cases check the share's output, GoldCasesMatchWithAFewExpertsPerLayer).
+// the CPU's share (by default where its products round as the GPU's) it still takes some from there, under the
+// largest of those budgets that streams: the CPU takes only missed experts that RAM holds, and under a RAM tier
+// smaller than a token's experts (gemma4's tiny model at 90%: 29 slots for 48 experts a token) it computed none. Its rows join the sum in another order, which can flip a near-tie of this random prompt, so its
+// tokens are only printed (the gold cases check the share's output, GoldCasesMatchWithAFewExpertsPerLayer).
 TEST_P(GpuStream, ExpertsFromDiskThroughTheRamTier) {
   DF_REQUIRE_GPU();
   const std::string name = GetParam();
@@ -158,13 +159,10 @@ TEST_P(GpuStream, ExpertsFromDiskThroughTheRamTier) {
     (*m)->reset_stats();
     return std::move(*m);
   };
+  const uint64_t budgets[] = {model_bytes * 9 / 10, model_bytes * 98 / 100, model_bytes * 99 / 100};
   std::unique_ptr<engine::Model> small;
-  uint64_t budget = 0;
-  for (uint64_t b : {model_bytes * 9 / 10, model_bytes * 98 / 100, model_bytes * 99 / 100})
-    if ((small = from_disk(b, false))) {
-      budget = b;
-      break;
-    }
+  for (uint64_t b : budgets)
+    if ((small = from_disk(b, false))) break;
   ASSERT_TRUE(small) << name << ": no RAM budget below the model size gave a streaming plan (" << why << ")";
   const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 8, 9, 10, 11};
   auto a = session_of(*resident);
@@ -174,8 +172,9 @@ TEST_P(GpuStream, ExpertsFromDiskThroughTheRamTier) {
   EXPECT_EQ(greedy_gpu(*b, prompt, 24), want) << name;
   EXPECT_GT(small->stats().streamed_bytes_read, 0u);
 
-  auto shared = from_disk(budget, std::nullopt);
-  ASSERT_TRUE(shared) << name << " at a RAM budget of " << budget << " bytes: " << why;
+  std::unique_ptr<engine::Model> shared;
+  for (auto b = std::rbegin(budgets); b != std::rend(budgets) && !shared; ++b) shared = from_disk(*b, std::nullopt);
+  ASSERT_TRUE(shared) << name << ": " << why;
   auto c = session_of(*shared);
   ASSERT_TRUE(c);
   const std::vector<int32_t> got = greedy_gpu(*c, prompt, 24);
