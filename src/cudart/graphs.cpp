@@ -4,12 +4,6 @@
 
 namespace df::cuda {
 
-size_t StreamGraphs::size() const {
-  size_t n = 0;
-  for (cudaGraphExec_t e : execs_) n += e != nullptr;
-  return n;
-}
-
 void StreamGraphs::clear() {
   for (cudaGraphExec_t e : execs_)
     if (e) cudaGraphExecDestroy(e);

@@ -30,11 +30,10 @@ class StreamGraphs {
     }
     launch(s, key);
   }
-  bool has(size_t key) const { return key < execs_.size() && execs_[key] != nullptr; }
-  size_t size() const;  // graphs held
   void clear();
 
  private:
+  bool has(size_t key) const { return key < execs_.size() && execs_[key] != nullptr; }
   void begin(cudaStream_t s);
   void end(cudaStream_t s, size_t key);
   void launch(cudaStream_t s, size_t key);

@@ -50,7 +50,6 @@ class Forward {
   // experts stream. The graphs hold the buffers' addresses: drop_graphs() where one moves.
   void set_replay_segments(bool on) { replay_ = on; }
   void drop_graphs() { segments_.clear(); }
-  size_t graphs() const { return segments_.size(); }
 
  protected:
   template <typename T>
