@@ -144,6 +144,55 @@ TEST(GpuForwardSession, TruncateAndGraphReplayAgreeWithAFreshSession) {
   EXPECT_FALSE(a->eval(many).ok());
 }
 
+// Decode steps past gemma4's sliding window: the captured step (every expert resident) and the segments (experts
+// streamed through a few slots) replay at every position, so they mask the window as the steps launched one by one
+// do, which know the position: the same logits bit for bit, each against the same model without graphs. A step
+// captured after a prompt inside the window (where the mask masks nothing and was left out) had kept it out of every
+// later step.
+TEST(GpuForwardSession, GraphStepsMaskTheSlidingWindow) {
+  DF_REQUIRE_GPU();
+  for (const char* name : {"gemma4-moe-q8_0", "gemma4-e2b-q8_0"}) {
+    DF_REQUIRE_SHARED(path, std::string("models/") + name + ".gguf");
+    auto probe = open_gpu(path.string(), 256);
+    ASSERT_TRUE(probe);
+    const model::ModelSpec sp = probe->spec();
+    ASSERT_GT(sp.sliding_window, 0u);
+    std::vector<engine::GpuOptions> configs = {{}};
+    if (sp.moe()) configs.push_back({.slots = 2 * sp.n_expert_used, .cpu_experts = false});
+    for (engine::GpuOptions with : configs) {
+      engine::GpuOptions without = with;
+      without.decode_graph = false;
+      auto ma = open_gpu(path.string(), 256, with);
+      auto mb = open_gpu(path.string(), 256, without);
+      ASSERT_TRUE(ma && mb);
+      auto a = session_of(*ma);
+      auto b = session_of(*mb);
+      ASSERT_TRUE(a && b);
+      const char* what = with.slots ? "streamed" : "resident";
+      // A prompt inside the window, a step (the first capture), a prompt past the window, then steps.
+      const std::vector<int32_t> first = {1, 2};
+      std::vector<int32_t> past(sp.sliding_window + 6);
+      for (size_t i = 0; i < past.size(); ++i) past[i] = int32_t((i * 7919 + 13) % sp.n_vocab);
+      int32_t tok = 3;
+      for (engine::Session* s : {&*a, &*b}) {
+        ASSERT_TRUE(s->eval(first).ok());
+        ASSERT_TRUE(s->eval(std::span(&tok, 1)).ok());
+        ASSERT_TRUE(s->eval(past).ok());
+      }
+      sampling::Sampler greedy({.temp = 0});
+      for (int step = 0; step < 8; ++step) {
+        ASSERT_TRUE(a->eval(std::span(&tok, 1)).ok());
+        ASSERT_TRUE(b->eval(std::span(&tok, 1)).ok());
+        auto la = a->logits();
+        auto lb = b->logits();
+        ASSERT_TRUE(std::equal(la.begin(), la.end(), lb.begin(), lb.end()))
+            << name << " " << what << " step at position " << a->n_past() - 1;
+        tok = b->next_token(greedy, {});
+      }
+    }
+  }
+}
+
 // Experts grouped by expert for batches: the same logits as one (token, slot) per block column, up to the f32
 // summation order of the quantized experts' tensor-core tiles (tiles of 32 slots): top-1 on at least 90% of the
 // positions and the logits within 2% of the largest magnitude, the GPU-vs-CPU bound (the same kind of difference,

@@ -149,11 +149,13 @@ Status GpuSession::run(std::span<const int32_t> tokens, bool all_logits, uint32_
     if (lead > n_past_ && lead < c1) hybrid_forward_->save_after(lead - n_past_);
     // A single-token step replays graphs: the whole step's, or where experts stream (their router's choices come to
     // the host every layer, which one graph cannot hold) each segment's between those round trips (forward.h).
+    // A captured step replays at any position: no launch may depend on this one (gemma4's sliding layers leave out
+    // the window's mask where it masks nothing at the position known).
     const bool step = m == 1 && !all_logits && opt_.decode_graph;
+    forward_->set_first_pos(step ? -1 : n_past_);
     if (step && !model_.streamed) {
       step_graph_.run(stream, 0, [&] { forward_->run(1, false, logits_dev.as<float>()); });
     } else {
-      forward_->set_first_pos(step ? -1 : n_past_);
       forward_->set_replay_segments(step);
       forward_->run(m, all_logits, logits_dev.as<float>());
       forward_->set_replay_segments(false);
