@@ -89,6 +89,8 @@ Status DeviceTier::copy_in(uint32_t layer, std::span<const Copy> copies, bool pr
   const std::vector<PartPlace>& parts = options_.parts[layer];
   DF_CHECK(!parts.empty());
   const uint32_t per_batch = std::max<uint32_t>(1, upstream_.max_acquire());
+  uint64_t bytes = 0;  // of a record
+  for (const PartPlace& part : parts) bytes += part.bytes;
   for (size_t c0 = 0; c0 < copies.size(); c0 += per_batch) {
     const size_t c1 = std::min(copies.size(), c0 + per_batch);
     // A RAM tier that evicts has only so many slots: the records of earlier batches leave it first.
@@ -120,8 +122,6 @@ Status DeviceTier::copy_in(uint32_t layer, std::span<const Copy> copies, bool pr
       const SlotId s = copies[i].slot.slot;
       const uint8_t* image = src->data(i - c0);
       uint8_t* slot = pool_.as<uint8_t>() + uint64_t(s) * slot_bytes_;
-      uint64_t bytes = 0;
-      for (const PartPlace& part : parts) bytes += part.bytes;
       // A copy call costs the host microseconds, and a streamed decode step makes dozens a layer: a record whose
       // image lays its parts out as the slot does comes in one.
       if (whole_[layer]) {
