@@ -9,7 +9,8 @@
 // and the warp butterfly reduces the 32 partial sums. So each product equals matmul's bit for bit, and the fused
 // epilogues (residual add, SwiGLU, Q8_0 quantization, routed-expert combine) repeat the unfused kernels' roundings.
 // The K-quant, IQ4 and offset types (kquant.cuh) take the same kernels with their pieces decoded straight from the
-// rows (2-byte reads, the blocks being 2-byte aligned at best) instead of the word windows, in matmul's order too.
+// rows (spans of aligned words, the blocks being 2-byte aligned at best) instead of the word windows, in matmul's
+// order too.
 #include <algorithm>
 #include <type_traits>
 
@@ -50,7 +51,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Rows the kernels read as aligned words: 16-byte aligned rows (data and row_bytes), which also leaves room for the
 // 2 bytes past the last block that its word window may cover (an odd block count leaves the row's used bytes 2 short
 // of a multiple of 4).
-// The piece types read 2-byte halves only: rows 2-byte aligned, whole blocks.
+// The piece types read aligned words over their 2-byte aligned spans (kq::words): rows 2-byte aligned, whole blocks.
 bool rows_stageable(const model::Mat& w) {
   if (w.data == nullptr || !quantized(w.type) || w.cols <= 0 || w.rows <= 0) return false;
   if (kq::piece_type(w.type))

@@ -10,7 +10,8 @@
 // quantizer as the Q4_0/Q8_0 kernels), so only the weights' decoding is per type.
 //
 // Layouts: include/diskformer/backend/cpu/numeric.h (the block structs) and cpu/dequant.cpp. Blocks of 18, 22, 110
-// and 210 bytes leave pieces only 2-byte aligned, so every word is read as two 16-bit halves (dev::load_i32_a2).
+// and 210 bytes leave pieces only 2-byte aligned, so a piece's words are read as spans of aligned words joined by
+// funnel shifts (words()).
 #pragma once
 
 #include <cstdint>
@@ -78,12 +79,29 @@ struct Piece {
   float m[2];   // offset of each half (0 for the types without one)
 };
 
-// A word of codes: two 16-bit halves, or (kA4: the caller knows the address 4-byte aligned) one 32-bit load.
-template <bool kA4 = false>
-__device__ __forceinline__ uint32_t ld(const uint8_t* p) {
-  if constexpr (kA4) return *reinterpret_cast<const uint32_t*>(p);
-  return uint32_t(dev::load_i32_a2(p));
+// N consecutive words of codes from p (2-byte aligned at least): the aligned words over them, joined by funnel
+// shifts, so N + 1 loads where 16-bit halves would take 2N. The last aligned word is read only where p is not 4-byte
+// aligned, and it then holds the span's last byte: nothing past the aligned word that ends the span is touched.
+// kA4: the caller knows p 4-byte aligned.
+template <int N, bool kA4 = false>
+__device__ __forceinline__ void words(const uint8_t* p, uint32_t (&w)[N]) {
+  if constexpr (kA4) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) w[k] = reinterpret_cast<const uint32_t*>(p)[k];
+  } else {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t* base = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+    const uint32_t sh = uint32_t(a & 3u) * 8u;
+    uint32_t lo = base[0];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const uint32_t hi = k + 1 < N || sh != 0 ? base[k + 1] : 0u;
+      w[k] = __funnelshift_r(lo, hi, sh);
+      lo = hi;
+    }
+  }
 }
+
 __device__ __forceinline__ float f16(const uint8_t* p) { return dev::f16_to_f32(*reinterpret_cast<const uint16_t*>(p)); }
 
 // Bits 0..3 of x to bit 4 of bytes 0..3: a nibble of fifth bits made an addend of each code.
@@ -137,21 +155,21 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
     o.m[0] = o.m[1] = 0.0f;
     if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) o.m[0] = o.m[1] = f16(b + 2);
     if constexpr (T == GgmlType::Q8_0) {
+      uint32_t w[8];
+      words<8, kA4>(b + 2, w);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) o.q[k] = int(ld<kA4>(b + 2 + 4 * k));
+      for (int k = 0; k < 8; ++k) o.q[k] = int(w[k]);
       return o;
     }
-    const uint8_t* qs = b + (T == GgmlType::IQ4_NL || T == GgmlType::Q4_0 ? 2
-                             : T == GgmlType::Q4_1                    ? 4
-                             : T == GgmlType::Q5_0                    ? 6
-                                                                      : 8);
-    uint32_t qh = 0;
-    if constexpr (T == GgmlType::Q5_0) qh = ld<kA4>(b + 2);
-    if constexpr (T == GgmlType::Q5_1) qh = ld<kA4>(b + 4);
+    // The Q5 types' word of fifth bits (w[0]) lies right before their codes: one span.
+    constexpr bool kQh = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
+    uint32_t w[kQh ? 5 : 4];
+    words<kQh ? 5 : 4, kA4>(b + (T == GgmlType::Q4_1 || T == GgmlType::Q5_1 ? 4 : 2), w);
+    const uint32_t qh = kQh ? w[0] : 0u;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t w = ld<kA4>(qs + 4 * k);
-      uint32_t lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
+      const uint32_t c = w[k + (kQh ? 1 : 0)];
+      uint32_t lo = c & 0x0f0f0f0fu, hi = (c >> 4) & 0x0f0f0f0fu;
       if constexpr (T == GgmlType::IQ4_NL) {
         lo = iq4_lookup(lo), hi = iq4_lookup(hi);
       } else if constexpr (T == GgmlType::Q4_0) {
@@ -176,21 +194,24 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
         o.d[h] = d * float(sc & 0x0f);
         o.m[h] = -(dmin * float(sc >> 4));
       }
-      const uint8_t* qs = b + 16 + 32 * (j / 4);
+      uint32_t qs[8];
+      words<8, kA4>(b + 16 + 32 * (j / 4), qs);
       const int sh = 2 * (j % 4);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) o.q[k] = int((ld<kA4>(qs + 4 * k) >> sh) & 0x03030303u);
+      for (int k = 0; k < 8; ++k) o.q[k] = int((qs[k] >> sh) & 0x03030303u);
     } else if constexpr (T == GgmlType::Q3_K) {
       const float d = f16(b + 108);
       o.d[0] = d * float(q3_scale(2 * j, b + 96));
       o.d[1] = d * float(q3_scale(2 * j + 1, b + 96));
       o.m[0] = o.m[1] = 0.0f;
-      const uint8_t* qs = b + 32 + 32 * (j / 4);
+      uint32_t qs[8], hm[8];
+      words<8, kA4>(b + 32 + 32 * (j / 4), qs);
+      words<8, kA4>(b, hm);
       const int sh = 2 * (j % 4);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        const uint32_t lo = (ld<kA4>(qs + 4 * k) >> sh) & 0x03030303u;
-        const uint32_t hb = (ld<kA4>(b + 4 * k) >> j) & 0x01010101u;  // set: +0, clear: -4
+        const uint32_t lo = (qs[k] >> sh) & 0x03030303u;
+        const uint32_t hb = (hm[k] >> j) & 0x01010101u;  // set: +0, clear: -4
         o.q[k] = int(__vsubss4(lo, (hb ^ 0x01010101u) << 2));
       }
     } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
@@ -199,12 +220,15 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       scale_min(j, b + 4, sc, mn);
       o.d[0] = o.d[1] = d * float(sc);
       o.m[0] = o.m[1] = -(dmin * float(mn));
-      const uint8_t* qs = b + (T == GgmlType::Q4_K ? 16 : 48) + 32 * (j / 2);
+      constexpr bool kQh = T == GgmlType::Q5_K;
+      uint32_t qs[8], qh[kQh ? 8 : 1];
+      words<8, kA4>(b + (kQh ? 48 : 16) + 32 * (j / 2), qs);
+      if constexpr (kQh) words<8, kA4>(b + 16, qh);
       const int sh = 4 * (j % 2);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        uint32_t q = (ld<kA4>(qs + 4 * k) >> sh) & 0x0f0f0f0fu;
-        if constexpr (T == GgmlType::Q5_K) q |= ((ld<kA4>(b + 16 + 4 * k) >> j) & 0x01010101u) << 4;
+        uint32_t q = (qs[k] >> sh) & 0x0f0f0f0fu;
+        if constexpr (kQh) q |= ((qh[k] >> j) & 0x01010101u) << 4;
         o.q[k] = int(q);
       }
     } else if constexpr (T == GgmlType::Q6_K) {
@@ -214,12 +238,13 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       o.d[1] = d * float(sc[2 * j + 1]);
       o.m[0] = o.m[1] = 0.0f;
       const int n = j / 4, g = j % 4;
-      const uint8_t* ql = b + 64 * n + 32 * (g % 2);
-      const uint8_t* qh = b + 128 + 32 * n;
+      uint32_t ql[8], qh[8];
+      words<8, kA4>(b + 64 * n + 32 * (g % 2), ql);
+      words<8, kA4>(b + 128 + 32 * n, qh);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        const uint32_t lo = (ld<kA4>(ql + 4 * k) >> (4 * (g / 2))) & 0x0f0f0f0fu;
-        const uint32_t hi = (ld<kA4>(qh + 4 * k) >> (2 * g)) & 0x03030303u;
+        const uint32_t lo = (ql[k] >> (4 * (g / 2))) & 0x0f0f0f0fu;
+        const uint32_t hi = (qh[k] >> (2 * g)) & 0x03030303u;
         o.q[k] = int(__vsubss4(lo | (hi << 4), 0x20202020u));
       }
     } else {  // IQ4_XS
@@ -228,12 +253,12 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
       const int sc = (((b[4 + j / 2] >> (4 * (j % 2))) & 0x0f) | (((sh >> (2 * j)) & 3) << 4)) - 32;
       o.d[0] = o.d[1] = d * float(sc);
       o.m[0] = o.m[1] = 0.0f;
-      const uint8_t* qs = b + 8 + 16 * j;
+      uint32_t qs[4];
+      words<4, kA4>(b + 8 + 16 * j, qs);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const uint32_t w = ld<kA4>(qs + 4 * k);
-        o.q[k] = int(iq4_lookup(w & 0x0f0f0f0fu));
-        o.q[k + 4] = int(iq4_lookup((w >> 4) & 0x0f0f0f0fu));
+        o.q[k] = int(iq4_lookup(qs[k] & 0x0f0f0f0fu));
+        o.q[k + 4] = int(iq4_lookup((qs[k] >> 4) & 0x0f0f0f0fu));
       }
     }
   }
