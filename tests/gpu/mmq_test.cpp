@@ -304,17 +304,17 @@ void check_sample(const HostMat& w, int64_t row_offset, const float* xv, const f
   }
 }
 
-TEST(CudaMmqThroughput, DenseQ4_0Prefill512) {
-  DF_REQUIRE_GPU();
+// Dense products of a 512-token prompt, per tile shape (64-row tiles are the piece kernel's, 128-row ones mmq.cu's).
+void time_dense(GgmlType type, std::initializer_list<std::pair<int64_t, int64_t>> shapes) {
   const int64_t n_tok = 512;
-  // q, wo and k / v of Qwen3-30B-A3B.
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4096, 2048}, {2048, 4096}, {512, 2048}}) {
-    const HostMat w = random_q4(rows, cols, 221);
+  const std::string tn(gguf::type_name(type));
+  for (auto [rows, cols] : shapes) {
+    const HostMat w = type == GgmlType::Q4_0 ? random_q4(rows, cols, 221) : random_mat(type, rows, cols, 221);
     cuda::DeviceBuffer dw(w.bytes.size());
     dw.upload(w.bytes.data(), w.bytes.size());
     const auto x = random_floats(n_tok * cols, 222);
     auto dx = cuda::to_device(x);
-    cuda::DeviceBuffer dy(n_tok * rows * 4), xq(cuda::q8_scratch_bytes(GgmlType::Q4_0, cols, n_tok));
+    cuda::DeviceBuffer dy(n_tok * rows * 4), xq(cuda::q8_scratch_bytes(type, cols, n_tok));
     cuda::quantize_q8_0({.x = dx.as<float>(), .y = xq.as<uint8_t>(), .n_rows = n_tok, .cols = cols});
     const cuda::MatmulArgs args{.w = dmat(w, dw), .x = dx.as<float>(), .n_tok = n_tok, .y = dy.as<float>(),
                                 .x_q8 = xq.as<uint8_t>()};
@@ -326,18 +326,27 @@ TEST(CudaMmqThroughput, DenseQ4_0Prefill512) {
     for (int64_t t : {int64_t(0), int64_t(333), n_tok - 1})
       check_sample(w, 0, x.data() + t * cols, got.data() + t * rows, {0, 1, 63, 64, rows / 2 + 7, rows - 1});
     const double ops = 2.0 * double(rows) * double(cols) * double(n_tok);
-    std::printf("[throughput] mmq Q4_0 %lldx%lld n_tok %lld (activations pre-quantized): %.3f ms, %.1f TOPS, %.0f "
+    std::printf("[throughput] mmq %s %lldx%lld n_tok %lld (activations pre-quantized): %.3f ms, %.1f TOPS, %.0f "
                 "GB/s of weights; dp4a kernel %.3f ms (%.1f TOPS), %.1fx\n",
-                (long long)rows, (long long)cols, (long long)n_tok, ms, ops / ms / 1e9,
+                tn.c_str(), (long long)rows, (long long)cols, (long long)n_tok, ms, ops / ms / 1e9,
                 double(w.bytes.size()) / ms / 1e6, ms_old, ops / ms_old / 1e9, ms_old / ms);
     for (const auto tile : kTiles) {
       const double ms_t = time_ms(20, [&] {
         cuda::mmq::dense(dmat(w, dw), xq.as<uint8_t>(), uint64_t(cols / 32) * 34, n_tok, dy.as<float>(), nullptr, tile);
       });
-      EXPECT_EQ(download<float>(dy, n_tok * rows), got) << "tile " << tile.rows << "x" << tile.tokens;
-      std::printf("[throughput]   tile %dx%d: %.3f ms, %.1f TOPS\n", tile.rows, tile.tokens, ms_t, ops / ms_t / 1e9);
+      EXPECT_EQ(download<float>(dy, n_tok * rows), got) << tn << " tile " << tile.rows << "x" << tile.tokens;
+      std::printf("[throughput]   %s tile %dx%d: %.3f ms, %.1f TOPS\n", tn.c_str(), tile.rows, tile.tokens, ms_t,
+                  ops / ms_t / 1e9);
     }
   }
+}
+
+TEST(CudaMmqThroughput, DensePrefill512) {
+  DF_REQUIRE_GPU();
+  // q, wo and k / v of Qwen3-30B-A3B in Q4_0; Qwen3.6-35B-A3B's DeltaNet qkv, gate and output (and its gated
+  // attention's q) in Q8_0.
+  time_dense(GgmlType::Q4_0, {{4096, 2048}, {2048, 4096}, {512, 2048}});
+  time_dense(GgmlType::Q8_0, {{8192, 2048}, {4096, 2048}, {2048, 4096}});
 }
 
 // One MoE layer's routed experts at prefill, 512 tokens x top-8 (distinct random experts per token): gate (ff x 2048,

@@ -324,12 +324,15 @@ void dense(const model::Mat& w, const uint8_t* act, uint64_t act_stride, int64_t
   check_common(w, act, act_stride, y);
   DF_CHECK(n_tok > 0 && n_tok <= 0x7fffffff);
   int bm = tile.rows, bn = tile.tokens;
+  // As in grouped(): an explicit 64-row tile is the piece kernel's, a 128-row one this file's (so the tests and the
+  // throughput prints reach both kernels for Q4_0 and Q8_0, whose results are equal bit for bit).
+  const bool pieces = bm != 0 ? bm == 64 : kq::piece_type(w.type);
   if (bm == 0 && bn == 0) {
     // The largest tile whose grid still gives every SM a block; else the one with the most blocks.
     const int64_t sms = sm_count();
     bm = 64, bn = 32;
     for (auto [m, n] : {std::pair{128, 64}, {64, 64}, {128, 32}}) {
-      if ((n == 64 && n_tok <= 32) || (m == 128 && kq::piece_type(w.type))) continue;
+      if ((n == 64 && n_tok <= 32) || (m == 128 && pieces)) continue;
       if ((w.rows + m - 1) / m * ((n_tok + n - 1) / n) >= sms) {
         bm = m, bn = n;
         break;
@@ -349,7 +352,12 @@ void dense(const model::Mat& w, const uint8_t* act, uint64_t act_stride, int64_t
   p.n_tok = n_tok;
   p.y = y;
   set_piece_alignment(p, w, 0);
-  launch_shape(bm, bn, w.type, p, unsigned(gx), unsigned(gy), stream);
+  if (pieces) {
+    DF_CHECK_MSG(launch_pieces(w.type, bm, bn, p, unsigned(gx), unsigned(gy), stream),
+                 "mmq: no piece kernel for this weight type and tile");
+  } else {
+    launch_shape(bm, bn, w.type, p, unsigned(gx), unsigned(gy), stream);
+  }
 }
 
 void grouped(const GroupedArgs& a) {

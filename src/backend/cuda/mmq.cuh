@@ -12,7 +12,8 @@
 namespace df::cuda::mmq {
 
 // A block's tile: weight rows (64 or 128) x tokens (32 or 64). Zeros: chosen from the shape and the GPU's SM count.
-// Every tile gives the same results bit for bit (each output sums its blocks in index order); tests force each one.
+// Set, 64 rows take mmq_piece.cu's kernel and 128 rows mmq.cu's. Every tile gives the same results bit for bit (each
+// output sums its blocks in index order); tests force each one.
 struct Tile {
   int rows = 0;
   int tokens = 0;
