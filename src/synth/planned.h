@@ -29,7 +29,8 @@ struct Planned {
 };
 
 // qwen35moe (qwen35.cpp): Gated DeltaNet or attention blocks as the shape's interval says, routed and shared experts.
-std::vector<Planned> plan_qwen35moe_tensors(const Shape& s, gguf::GgmlType type, uint64_t n_vocab);
+std::vector<Planned> plan_qwen35moe_tensors(const Shape& s, gguf::GgmlType type, std::optional<Mix> mix,
+                                            uint64_t n_vocab);
 
 // gemma4 (gemma4.cpp): the shape's checks, its metadata keys as llama.cpp's converter writes them, its tensors.
 Status check_gemma4_shape(const Shape& s);

@@ -80,8 +80,9 @@ GgmlType mix_tensor_type(Mix m, const MixModel& model, const std::string& name, 
   }
   if (name == "token_embd.weight") return fallback(t, cols);
 
-  if (has(name, "attn_v.weight")) {
-    // The quantizer counts attn_v tensors in file order: the layer index.
+  if (has(name, "attn_v.weight") || has(name, "attn_qkv.weight")) {
+    // The quantizer counts attn_v and fused attn_qkv tensors together in file order; every layer has one of them
+    // (qwen35moe: attn_qkv in its DeltaNet layers, attn_v in its attention layers), so the count is the layer index.
     if (m == Mix::kQ2_K) t = gqa >= 4 ? GgmlType::Q4_K : GgmlType::Q3_K;
     else if (m == Mix::kQ3_K_M) t = layer < 2 ? GgmlType::Q5_K : GgmlType::Q4_K;
     else if (m == Mix::kIQ4_XS && gqa >= 4) t = GgmlType::Q5_K;

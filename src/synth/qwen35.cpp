@@ -4,15 +4,18 @@
 
 namespace df::synth {
 
-std::vector<Planned> plan_qwen35moe_tensors(const Shape& s, gguf::GgmlType type, uint64_t n_vocab) {
+std::vector<Planned> plan_qwen35moe_tensors(const Shape& s, gguf::GgmlType type, std::optional<Mix> mix,
+                                            uint64_t n_vocab) {
   std::vector<Planned> p;
+  const MixModel mm{.n_layer = s.n_layer, .n_head = s.n_head, .n_head_kv = s.n_head_kv, .n_expert = s.n_expert};
   const uint64_t d = s.d_model, q_dim = uint64_t{s.n_head} * s.head_dim, kv_dim = uint64_t{s.n_head_kv} * s.head_dim;
   const uint64_t k_dim = uint64_t{s.ssm_k_heads} * s.ssm_state, v_dim = uint64_t{s.ssm_v_heads} * s.ssm_state;
   const uint64_t conv_dim = 2 * k_dim + v_dim;
   auto mat = [&](std::string name, uint64_t n_in, uint64_t n_out, uint64_t n_exp = 0) {
     std::vector<uint64_t> shape{n_in, n_out};
     if (n_exp) shape.push_back(n_exp);
-    p.push_back({std::move(name), type, std::move(shape), Planned::Matrix, 1.0f / std::sqrt(float(n_in))});
+    const gguf::GgmlType t = mix ? mix_tensor_type(*mix, mm, name, shape) : type;
+    p.push_back({std::move(name), t, std::move(shape), Planned::Matrix, 1.0f / std::sqrt(float(n_in))});
   };
   auto norm = [&](std::string name, uint64_t n) {
     p.push_back({std::move(name), gguf::GgmlType::F32, {n}, Planned::Norm, 0});

@@ -98,9 +98,6 @@ Status write_model(const Options& o) {
   if (s.arch != "qwen3moe" && s.arch != "qwen3" && s.arch != "llama" && !gemma4 && !hybrid)
     return Error{"synth: unsupported architecture '" + s.arch + "' (qwen3moe, qwen3, llama, gemma4, qwen35moe)"};
   if (gemma4) DF_TRY(check_gemma4_shape(s));
-  if (hybrid && o.mix)
-    return Error{"synth: qwen35moe takes one weight type for its matrices (llama.cpp's mix rules are written here "
-                 "for qwen3moe, qwen3 and llama only)"};
   if (hybrid && (s.n_expert == 0 || s.expert_ff == 0 || s.shared_ff == 0 || s.full_attention_interval == 0 ||
                  s.ssm_conv < 2 || s.ssm_state == 0 || s.ssm_k_heads == 0 || s.ssm_v_heads % s.ssm_k_heads != 0))
     return Error{"synth: qwen35moe needs experts, a shared expert, an attention interval and DeltaNet sizes "
@@ -174,7 +171,7 @@ Status write_model(const Options& o) {
   if (n_vocab > n_tokens) pad_vocabulary(w, tok, n_vocab);
 
   auto tensors = gemma4   ? plan_gemma4_tensors(s, o.type, o.mix, n_vocab)
-                 : hybrid ? plan_qwen35moe_tensors(s, o.type, n_vocab)
+                 : hybrid ? plan_qwen35moe_tensors(s, o.type, o.mix, n_vocab)
                           : plan_tensors(s, o.type, o.mix, n_vocab);
   for (const auto& t : tensors) DF_TRY(w.add_tensor(t.name, t.type, t.shape));
   DF_TRY(w.write_header());

@@ -320,11 +320,42 @@ TEST_F(SynthFile, Qwen35MoeRunsAndPadsItsVocabulary) {
   ASSERT_TRUE(ev.ok()) << ev.error().message;
   ASSERT_EQ(s.logits().size(), 152000u);
   for (float l : s.logits()) ASSERT_TRUE(std::isfinite(l));
-  // A K-quant mix is refused: llama.cpp's rules for its tensors are not written here.
+}
+
+TEST_F(SynthFile, Qwen35MoeTakesTheQuantizersMix) {
+  DF_REQUIRE_SHARED(tok, "models/qwen35moe-q8_0.gguf");
+  df::synth::Options o;
+  o.shape = *df::synth::preset("qwen35moe", "tiny");
+  o.shape.d_model = 256, o.shape.expert_ff = 256, o.shape.shared_ff = 256;  // rows that fill 256-blocks
   o.mix = df::synth::Mix::kQ4_K_M;
-  st = df::synth::write_model(o);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.error().message.find("qwen35moe takes one weight type"), std::string::npos) << st.error().message;
+  o.tokenizer_from = tok.string();
+  o.out = (dir_ / "mix.gguf").string();
+  auto st = df::synth::write_model(o);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  auto f = df::gguf::read_file(o.out);
+  ASSERT_TRUE(f.ok());
+  auto type = [&](const std::string& name) { return f->tensor(name)->type; };
+  // Of 8 layers, 0, 3, 6 and 7 take more bits; the DeltaNet layers' attn_qkv count as attn_v, and so does layer 3's.
+  EXPECT_EQ(type("blk.0.attn_qkv.weight"), GgmlType::Q6_K);
+  EXPECT_EQ(type("blk.1.attn_qkv.weight"), GgmlType::Q4_K);
+  EXPECT_EQ(type("blk.3.attn_v.weight"), GgmlType::Q6_K);
+  EXPECT_EQ(type("blk.7.attn_v.weight"), GgmlType::Q6_K);
+  EXPECT_EQ(type("blk.6.ffn_down_exps.weight"), GgmlType::Q6_K);
+  EXPECT_EQ(type("blk.6.ffn_down_shexp.weight"), GgmlType::Q6_K);
+  EXPECT_EQ(type("blk.5.ffn_down_exps.weight"), GgmlType::Q4_K);
+  for (const char* name : {"blk.5.attn_gate.weight", "blk.5.ssm_alpha.weight", "blk.5.ssm_beta.weight",
+                           "blk.5.ssm_out.weight", "blk.3.attn_q.weight", "blk.3.attn_k.weight",
+                           "blk.3.attn_output.weight", "blk.5.ffn_gate_exps.weight", "blk.5.ffn_up_shexp.weight",
+                           "token_embd.weight"})
+    EXPECT_EQ(type(name), GgmlType::Q4_K) << name;
+  EXPECT_EQ(type("blk.5.ssm_conv1d.weight"), GgmlType::F32);
+  EXPECT_EQ(type("output.weight"), GgmlType::Q6_K);
+  EXPECT_EQ(f->get_u64_or("general.file_type", 0), uint64_t(df::synth::Mix::kQ4_K_M));
+  auto model = df::engine::Model::open(o.out, {.n_ctx = 64, .threads = 2});
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  df::engine::Session s = df::test::new_session(**model);
+  ASSERT_TRUE(s.eval(std::vector<int32_t>{785, 3974, 13876, 38835}).ok());
+  for (float l : s.logits()) ASSERT_TRUE(std::isfinite(l));
 }
 
 TEST(SynthPresets, Qwen36_35B_A3B_HasTheRealShape) {
