@@ -52,7 +52,7 @@ def main():
         for _ in range(3):  # llama-completion is not reproducible under CPU contention
             out = subprocess.run([completion, '-m', model, '-f', pf, '-n', str(N), '--temp', '0', '-no-cnv',
                                   '--no-warmup', '-s', '1', '--no-display-prompt', '--ignore-eos', '-c', str(CTX),
-                                  '-t', str(THREADS)], env=env, capture_output=True).stdout
+                                  '-t', str(THREADS), '--swa-full'], env=env, capture_output=True).stdout
             if out == want:
                 checked = True
                 break
@@ -68,7 +68,7 @@ def main():
                          'CPU backend built for AVX2: GGML_NATIVE=OFF GGML_AVX=ON GGML_AVX2=ON GGML_FMA=ON GGML_F16C=ON '
                          'GGML_BMI2=ON GGML_AVX512=OFF',
             'command': 'llama-completion -m MODEL -f PROMPT -n 64 --temp 0 -no-cnv --no-warmup -s 1 '
-                       '--no-display-prompt --ignore-eos -c 2048 -t 2',
+                       '--no-display-prompt --ignore-eos -c 2048 -t 2 --swa-full',
             'notes': 'completion_ids and top2 ([id, logit, second id, its logit] per step, end-of-generation tokens '
                      'banned) read through libllama with the same settings (n_batch 2048, n_ubatch 512, 2 threads); '
                      'completion_b64: the bytes of the pieces of those tokens, which llama-completion printed (without '
