@@ -138,7 +138,9 @@ TEST(DeltaNetOps, DeltaRuleIsTheSameBatchedOrOneTokenAtATimeOnAnyThreads) {
   std::vector<float> single(state_size, 0.0f), out_s(out_b.size());
   for (int64_t t = 0; t < in.n; ++t) {
     gated_delta_rule(one, in.args(t, 1, single.data(), out_s.data() + t * in.Hv * in.S));
-    if (t + 1 == 2) EXPECT_TRUE(same_bits(single, snapshot)) << "the snapshot after two tokens";
+    if (t + 1 == 2) {
+      EXPECT_TRUE(same_bits(single, snapshot)) << "the snapshot after two tokens";
+    }
   }
   EXPECT_TRUE(same_bits(batched, single));
   EXPECT_TRUE(same_bits(out_b, out_s));

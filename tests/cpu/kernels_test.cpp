@@ -180,9 +180,14 @@ TEST(Kernels, Q8_KTakesItsSignFromTheFirstLargestValue) {
   EXPECT_EQ(b.qs[9], 127);   // 127 at most
 }
 
-// One table's dot product of a weight row of type t against an activation row (x8: the interleaved order).
-float table_dot(const Kernels& k, gguf::GgmlType t, bool x8, int64_t n, const uint8_t* w, const uint8_t* a) {
+// The orders a type's rows take (kernels.h): one activation row (llama.cpp's vec_dot), interleaved matrices, and
+// IQ4_NL's batch order (tinyBLAS).
+enum class Order { kRow, kX8, kBatch };
+
+// One table's dot product of a weight row of type t against an activation row in order o.
+float table_dot(const Kernels& k, gguf::GgmlType t, Order o, int64_t n, const uint8_t* w, const uint8_t* a) {
   using gguf::GgmlType;
+  const bool x8 = o == Order::kX8;
   switch (t) {
     case GgmlType::Q4_0:
       return (x8 ? k.dot_q4_0_q8_0_x8 : k.dot_q4_0_q8_0)(n, reinterpret_cast<const BlockQ4_0*>(w),
@@ -194,8 +199,8 @@ float table_dot(const Kernels& k, gguf::GgmlType t, bool x8, int64_t n, const ui
     case GgmlType::Q5_1:
       return k.dot_q5_1_q8_1(n, reinterpret_cast<const BlockQ5_1*>(w), reinterpret_cast<const BlockQ8_1*>(a));
     case GgmlType::IQ4_NL:
-      return (x8 ? k.dot_iq4_nl_q8_0_x8 : k.dot_iq4_nl_q8_0)(n, reinterpret_cast<const BlockIQ4_NL*>(w),
-                                                              reinterpret_cast<const BlockQ8_0*>(a));
+      return (x8 ? k.dot_iq4_nl_q8_0_x8 : o == Order::kBatch ? k.dot_iq4_nl_q8_0_batch : k.dot_iq4_nl_q8_0)(
+          n, reinterpret_cast<const BlockIQ4_NL*>(w), reinterpret_cast<const BlockQ8_0*>(a));
     case GgmlType::Q2_K:
       return k.dot_q2_k_q8_k(n, reinterpret_cast<const BlockQ2_K*>(w), reinterpret_cast<const BlockQ8_K*>(a));
     case GgmlType::Q3_K:
@@ -215,14 +220,18 @@ float table_dot(const Kernels& k, gguf::GgmlType t, bool x8, int64_t n, const ui
 
 struct TypeOrder {
   gguf::GgmlType type;
-  bool x8;
+  Order order;
+  const char* name() const {
+    static constexpr const char* kNames[] = {"", " x8", " batch"};
+    return kNames[int(order)];
+  }
 };
 const TypeOrder kQuantOrders[] = {
-    {gguf::GgmlType::Q4_0, true},  {gguf::GgmlType::Q4_1, false},   {gguf::GgmlType::Q5_0, false},
-    {gguf::GgmlType::Q5_1, false}, {gguf::GgmlType::IQ4_NL, false}, {gguf::GgmlType::IQ4_NL, true},
-    {gguf::GgmlType::Q2_K, false}, {gguf::GgmlType::Q3_K, false},   {gguf::GgmlType::Q4_K, false},
-    {gguf::GgmlType::Q4_K, true},  {gguf::GgmlType::Q5_K, false},   {gguf::GgmlType::Q6_K, false},
-    {gguf::GgmlType::IQ4_XS, false},
+    {gguf::GgmlType::Q4_0, Order::kX8},     {gguf::GgmlType::Q4_1, Order::kRow},   {gguf::GgmlType::Q5_0, Order::kRow},
+    {gguf::GgmlType::Q5_1, Order::kRow},    {gguf::GgmlType::IQ4_NL, Order::kRow}, {gguf::GgmlType::IQ4_NL, Order::kX8},
+    {gguf::GgmlType::IQ4_NL, Order::kBatch}, {gguf::GgmlType::Q2_K, Order::kRow},  {gguf::GgmlType::Q3_K, Order::kRow},
+    {gguf::GgmlType::Q4_K, Order::kRow},    {gguf::GgmlType::Q4_K, Order::kX8},    {gguf::GgmlType::Q5_K, Order::kRow},
+    {gguf::GgmlType::Q6_K, Order::kRow},    {gguf::GgmlType::IQ4_XS, Order::kRow},
 };
 
 TEST(Kernels, EveryQuantizedDotMatchesScalarAndReference) {
@@ -248,11 +257,11 @@ TEST(Kernels, EveryQuantizedDotMatchesScalarAndReference) {
                                                             : reinterpret_cast<const BlockQ5_1*>(w.data())[b].m;
         mag += std::fabs(double(f16_to_f32(m)) * a.block_sums[b]) * 50.0;
       }
-      const float got = table_dot(s, to.type, to.x8, n, w.data(), a.bytes.data());
-      EXPECT_NEAR(got, ref, 1e-5 * mag + 1e-6) << gguf::type_name(to.type) << (to.x8 ? " x8" : "") << " n=" << n;
+      const float got = table_dot(s, to.type, to.order, n, w.data(), a.bytes.data());
+      EXPECT_NEAR(got, ref, 1e-5 * mag + 1e-6) << gguf::type_name(to.type) << to.name() << " n=" << n;
       for (const Kernels* k : simd_tables())
-        EXPECT_EQ(bits(got), bits(table_dot(*k, to.type, to.x8, n, w.data(), a.bytes.data())))
-            << k->name << " " << gguf::type_name(to.type) << (to.x8 ? " x8" : "") << " n=" << n;
+        EXPECT_EQ(bits(got), bits(table_dot(*k, to.type, to.order, n, w.data(), a.bytes.data())))
+            << k->name << " " << gguf::type_name(to.type) << to.name() << " n=" << n;
     }
   }
 }
@@ -682,10 +691,14 @@ TEST(Ops, MatmulIsIndependentOfThreadsAndBatch) {
 TEST(Ops, MatmulFollowsLlamaCppOrdersForEveryType) {
   // A product row by row equals the kernel of its type (the interleaved order where the row count is a multiple of
   // 8); a batch equals it too, except Q4_K's interleaved matrices, whose groups of four activation rows take the
-  // batched order; threads change nothing.
+  // batched order, and IQ4_NL's others, which take its batch order; threads change nothing.
   ThreadPool pool(3);
   for (const TypeOrder& to : kQuantOrders) {
-    const int64_t cols = 512, rows = to.x8 ? 16 : 12;
+    if (to.order == Order::kBatch) continue;  // IQ4_NL's kRow entry covers it
+    const bool x8 = to.order == Order::kX8;
+    const Order batch_order = to.type == gguf::GgmlType::IQ4_NL && !x8 ? Order::kBatch : to.order;
+    int orders_differ = 0;
+    const int64_t cols = 512, rows = x8 ? 16 : 12;
     const uint64_t row_bytes = gguf::row_bytes(to.type, uint64_t(cols));
     const auto data = random_weights(to.type, cols * rows, 77 + uint64_t(to.type));
     model::Mat w{to.type, data.data(), cols, rows, row_bytes};
@@ -703,15 +716,21 @@ TEST(Ops, MatmulFollowsLlamaCppOrdersForEveryType) {
     for (int64_t t = 0; t < n_tok; ++t) {
       const Act a = quantize_for(to.type, std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols));
       for (int64_t r = 0; r < rows; ++r) {
-        const float want = table_dot(scalar_kernels(), to.type, to.x8, cols, w.row(r), a.bytes.data());
+        const float want = table_dot(scalar_kernels(), to.type, to.order, cols, w.row(r), a.bytes.data());
         ASSERT_EQ(bits(per_row[size_t(t * rows + r)]), bits(want)) << gguf::type_name(to.type) << " t=" << t;
-        const bool grouped = to.type == gguf::GgmlType::Q4_K && to.x8 && t < 4;
+        const float want_batch = table_dot(scalar_kernels(), to.type, batch_order, cols, w.row(r), a.bytes.data());
+        orders_differ += bits(want_batch) != bits(want);
+        const bool grouped = to.type == gguf::GgmlType::Q4_K && x8 && t < 4;
         if (!grouped) {
-          ASSERT_EQ(bits(batched[size_t(t * rows + r)]), bits(want)) << gguf::type_name(to.type) << " t=" << t;
+          ASSERT_EQ(bits(batched[size_t(t * rows + r)]), bits(want_batch)) << gguf::type_name(to.type) << " t=" << t;
         }
       }
     }
-    if (to.type == gguf::GgmlType::Q4_K && to.x8) {
+    // IQ4_NL's two orders round differently somewhere in 72 products, so the batch's order is seen.
+    if (batch_order != to.order) {
+      EXPECT_GT(orders_differ, 0);
+    }
+    if (to.type == gguf::GgmlType::Q4_K && x8) {
       std::vector<Act> a;
       const BlockQ8_K* a4[4];
       for (int t = 0; t < 4; ++t) {

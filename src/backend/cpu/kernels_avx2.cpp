@@ -195,6 +195,16 @@ DF_AVX2 float dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* 
   return sum;
 }
 
+DF_AVX2 float dot_iq4_nl_q8_0_batch(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)),
+                          _mm256_cvtepi32_ps(dot_i8(values_iq4_nl(w[b].qs), q)), acc);
+  }
+  return hsum_lanes8(acc);
+}
+
 DF_AVX2 inline int32_t hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -522,6 +532,7 @@ const Kernels* avx2_kernels() {
       .dot_q5_0_q8_0 = dot_q5_0_q8_0,
       .dot_q5_1_q8_1 = dot_q5_1_q8_1,
       .dot_iq4_nl_q8_0 = dot_iq4_nl_q8_0,
+      .dot_iq4_nl_q8_0_batch = dot_iq4_nl_q8_0_batch,
       .dot_q2_k_q8_k = avx2::dot_q2_k_q8_k,
       .dot_q3_k_q8_k = avx2::dot_q3_k_q8_k,
       .dot_q4_k_q8_k = avx2::dot_q4_k_q8_k,

@@ -148,6 +148,17 @@ float dot_iq4_nl_q8_0(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
   return sum;
 }
 
+float dot_iq4_nl_q8_0_batch(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a) {
+  float l[8] = {};
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float d = f16_to_f32(w[b].d) * f16_to_f32(a[b].d);
+    int32_t p[8];
+    block_lanes([&](int i) { return kIQ4NLValues[i < 16 ? w[b].qs[i] & 0x0f : w[b].qs[i - 16] >> 4]; }, a[b].qs, p);
+    for (int j = 0; j < 8; ++j) l[j] = std::fma(d, float(p[j]), l[j]);
+  }
+  return lanes8_sum(l);
+}
+
 // The interleaved-matrix order: one exact sum per block, one fused multiply-add per block.
 template <typename Block, typename Code>
 float dot_x8(int64_t n, const Block* w, const BlockQ8_0* a, Code code) {
@@ -305,6 +316,7 @@ const Kernels& scalar_kernels() {
       .dot_q5_0_q8_0 = dot_q5_0_q8_0,
       .dot_q5_1_q8_1 = dot_q5_1_q8_1,
       .dot_iq4_nl_q8_0 = dot_iq4_nl_q8_0,
+      .dot_iq4_nl_q8_0_batch = dot_iq4_nl_q8_0_batch,
       .dot_q2_k_q8_k = scalar::dot_q2_k_q8_k,
       .dot_q3_k_q8_k = scalar::dot_q3_k_q8_k,
       .dot_q4_k_q8_k = scalar::dot_q4_k_q8_k,

@@ -104,10 +104,12 @@ float dot_as(float (*dot)(int64_t, const W*, const A*), int64_t n, const uint8_t
 // How llama.cpp's x86 CPU backend orders a product (kernels.h): Q4_0, IQ4_NL and Q4_K matrices whose row count
 // is a multiple of 8 go through its 8-row interleaved kernels (Q4_K: a batched order for groups of four
 // activation rows, the rest row by row); f32 and f16 products with several activation rows through tinyBLAS where
-// its tiles fit (columns a multiple of 8, rows of 4), otherwise its one-row vector routine.
+// its tiles fit (columns a multiple of 8, rows of 4), otherwise its one-row vector routine; the other IQ4_NL
+// matrices with several activation rows through tinyBLAS too (any shape), whose order differs from its vec_dot's.
 struct DotOrder {
   bool x8 = false;
   bool single = false;
+  bool batch = false;   // several activation rows of a dense product (mul_mat, not the experts' mul_mat_id)
   bool cuda = false;    // the CUDA decode order (MatmulJob::cuda_order)
   int64_t grouped = 0;  // activation rows [0, grouped) take the batched Q4_K order (llama.cpp groups them by four)
 };
@@ -118,7 +120,7 @@ DotOrder dot_order(const MatmulJob& jb) {
   const bool interleavable = w.type == GgmlType::Q4_0 || w.type == GgmlType::IQ4_NL || w.type == GgmlType::Q4_K;
   const bool tiles = w.cols % 8 == 0 && w.rows % 4 == 0;
   DotOrder o{.x8 = interleavable && w.rows % 8 == 0 && !cuda, .single = jb.per_row || jb.n_tok == 1 || !tiles,
-             .cuda = cuda};
+             .batch = !jb.per_row && jb.n_tok > 1, .cuda = cuda};
   if (o.x8 && w.type == GgmlType::Q4_K && !jb.per_row && jb.n_tok >= 4) o.grouped = jb.n_tok - jb.n_tok % 4;
   return o;
 }
@@ -143,7 +145,8 @@ float dot_row(const Kernels& k, GgmlType t, DotOrder o, int64_t n, const uint8_t
     case GgmlType::Q4_1: return dot_as(k.dot_q4_1_q8_1, n, w, a);
     case GgmlType::Q5_0: return dot_as(k.dot_q5_0_q8_0, n, w, a);
     case GgmlType::Q5_1: return dot_as(k.dot_q5_1_q8_1, n, w, a);
-    case GgmlType::IQ4_NL: return dot_as(o.x8 ? k.dot_iq4_nl_q8_0_x8 : k.dot_iq4_nl_q8_0, n, w, a);
+    case GgmlType::IQ4_NL:
+      return dot_as(o.x8 ? k.dot_iq4_nl_q8_0_x8 : o.batch ? k.dot_iq4_nl_q8_0_batch : k.dot_iq4_nl_q8_0, n, w, a);
     case GgmlType::Q2_K: return dot_as(k.dot_q2_k_q8_k, n, w, a);
     case GgmlType::Q3_K: return dot_as(k.dot_q3_k_q8_k, n, w, a);
     case GgmlType::Q4_K: return dot_as(o.x8 ? k.dot_q4_k_q8_k_x8 : k.dot_q4_k_q8_k, n, w, a);

@@ -13,8 +13,9 @@
 //   - quantized dot products: per 32-block, 8 exact integer lanes (lane j: elements 4j .. 4j+3), each accumulated as
 //     l[j] = fma(d_w * d_a, float(lane), l[j]) block by block, the lanes then summed as above (ggml's x86 order);
 //     Q5_0 exactly so; IQ4_NL keeps even and odd blocks in two lane sets, added lane by lane at the end, an odd last
-//     block joining as s = fma(d, float(isum), s); Q4_1 and Q5_1 add their offsets apart, s_m = fma(m_w, s_a, s_m)
-//     block by block, returning lanes + s_m;
+//     block joining as s = fma(d, float(isum), s) (its vec_dot; the _batch order is the one lane set, as tinyBLAS
+//     takes IQ4_NL matrices that are not interleaved in products of several activation rows); Q4_1 and Q5_1 add
+//     their offsets apart, s_m = fma(m_w, s_a, s_m) block by block, returning lanes + s_m;
 //   - K-quant and IQ4_XS dot products: per 256-block, 8 exact integer lanes (lane k: elements e with e % 32 in
 //     4k .. 4k+3, each product times its sub-block scale), then l[k] = fma(d_w * d_a, float(lane k), l[k]); the
 //     mins of Q2_K enter first as lanes of their own (lane k: sub-blocks 2k, 2k+1), Q6_K's -32 offset is a lane
@@ -55,6 +56,7 @@ struct Kernels {
   float (*dot_q5_0_q8_0)(int64_t n, const BlockQ5_0* w, const BlockQ8_0* a);
   float (*dot_q5_1_q8_1)(int64_t n, const BlockQ5_1* w, const BlockQ8_1* a);
   float (*dot_iq4_nl_q8_0)(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
+  float (*dot_iq4_nl_q8_0_batch)(int64_t n, const BlockIQ4_NL* w, const BlockQ8_0* a);
   // n % 256 == 0.
   float (*dot_q2_k_q8_k)(int64_t n, const BlockQ2_K* w, const BlockQ8_K* a);
   float (*dot_q3_k_q8_k)(int64_t n, const BlockQ3_K* w, const BlockQ8_K* a);
