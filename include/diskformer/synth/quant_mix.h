@@ -36,8 +36,8 @@ struct MixModel {
 };
 
 // The type llama.cpp's quantizer gives a quantized tensor `name` of shape `shape` (shape[0]: row length) in mix
-// m: token_embd, output, blk.N.{attn_q,attn_k,attn_v,attn_qkv,attn_output,ffn_gate,ffn_up,ffn_down}[_exps|_shexp].weight;
-// any other matrix (qwen35moe's attn_gate, ssm_alpha, ssm_beta, ssm_out) takes the base type.
+// m: token_embd, output, blk.N.{attn_q,attn_k,attn_v,attn_qkv,attn_output,ffn_gate,ffn_up,ffn_down}[_exps|_shexp]
+// .weight; any other matrix (qwen35moe's attn_gate, ssm_alpha, ssm_beta, ssm_out) takes the base type.
 gguf::GgmlType mix_tensor_type(Mix m, const MixModel& model, const std::string& name,
                                const std::vector<uint64_t>& shape);
 
