@@ -82,10 +82,17 @@ struct Piece {
 // N consecutive words of codes from p (2-byte aligned at least): the aligned words over them, joined by funnel
 // shifts, so N + 1 loads where 16-bit halves would take 2N. The last aligned word is read only where p is not 4-byte
 // aligned, and it then holds the span's last byte: nothing past the aligned word that ends the span is touched.
-// kA4: the caller knows p 4-byte aligned.
-template <int N, bool kA4 = false>
+// kA4: the caller knows p 4-byte aligned; kA16: 16-byte aligned (read 16 bytes at a time).
+template <int N, bool kA4 = false, bool kA16 = false>
 __device__ __forceinline__ void words(const uint8_t* p, uint32_t (&w)[N]) {
-  if constexpr (kA4) {
+  if constexpr (kA16) {
+    static_assert(N % 4 == 0);
+#pragma unroll
+    for (int k = 0; k < N / 4; ++k) {
+      const uint4 v = reinterpret_cast<const uint4*>(p)[k];
+      w[4 * k] = v.x, w[4 * k + 1] = v.y, w[4 * k + 2] = v.z, w[4 * k + 3] = v.w;
+    }
+  } else if constexpr (kA4) {
 #pragma unroll
     for (int k = 0; k < N; ++k) w[k] = reinterpret_cast<const uint32_t*>(p)[k];
   } else {
@@ -263,6 +270,71 @@ __device__ __forceinline__ Piece piece(const uint8_t* __restrict__ row, int64_t 
     }
   }
   return o;
+}
+
+// Whether a type's pieces are decoded two at a time (piece_pair): Q4_K and Q5_K's pieces 2k and 2k + 1 are the low
+// and high nibbles of one span of codes (and share Q5_K's fifth bits), Q6_K's pieces j and j + 2 the low and high
+// nibbles of one span too (and their high bits one other span).
+__host__ __device__ constexpr bool paired(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+}
+// Piece h (0, 1) of pair k (0..3) of a stage of 8 pieces.
+__host__ __device__ constexpr int pair_piece(GgmlType t, int k, int h) {
+  return t == GgmlType::Q6_K ? 4 * (k / 2) + k % 2 + 2 * h : 2 * k + h;
+}
+
+// Pieces pair_piece(T, k, 0) and pair_piece(T, k, 1) of the super-block at b, equal to piece()'s: each word of codes
+// and the header are read once for both. kA4 as piece()'s; kA16: b is 16-byte aligned too (Q4_K's 144-byte and
+// Q5_K's 176-byte blocks in rows of a multiple of 16 bytes).
+template <GgmlType T, bool kA4 = false, bool kA16 = false>
+__device__ __forceinline__ void piece_pair(const uint8_t* __restrict__ b, int k, Piece (&o)[2]) {
+  static_assert(paired(T) && (!kA4 || word_aligned_blocks(T)) && (!kA16 || kA4));
+  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+    // Header words: d and dmin, then the 12 bytes of 6-bit scales and mins (scale_min()'s s[0..11]).
+    uint32_t h[4];
+    words<4, kA4, kA16>(b, h);
+    const float d = dev::f16_to_f32(uint16_t(h[0])), dmin = dev::f16_to_f32(uint16_t(h[0] >> 16));
+    constexpr bool kQh = T == GgmlType::Q5_K;
+    uint32_t qs[8], qh[kQh ? 8 : 1];
+    words<8, kA4, kA16>(b + (kQh ? 48 : 16) + 32 * k, qs);
+    if constexpr (kQh) words<8, kA4, kA16>(b + 16, qh);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = 2 * k + e, sh = 8 * (j & 3);
+      // scale_min(j): bytes j & 3 of s[0..3], s[4..7] and s[8..11].
+      const uint32_t s0 = (h[1] >> sh) & 0xffu, s1 = (h[2] >> sh) & 0xffu, s2 = (h[3] >> sh) & 0xffu;
+      const uint32_t sc = j < 4 ? s0 & 63u : (s2 & 0x0fu) | ((s0 >> 6) << 4);
+      const uint32_t mn = j < 4 ? s1 & 63u : (s2 >> 4) | ((s1 >> 6) << 4);
+      o[e].d[0] = o[e].d[1] = d * float(int(sc));
+      o[e].m[0] = o[e].m[1] = -(dmin * float(int(mn)));
+#pragma unroll
+      for (int w = 0; w < 8; ++w) {
+        uint32_t q = (qs[w] >> (4 * e)) & 0x0f0f0f0fu;
+        if constexpr (kQh) q |= ((qh[w] >> j) & 0x01010101u) << 4;
+        o[e].q[w] = int(q);
+      }
+    }
+  } else {  // Q6_K: pieces 4n + g and 4n + g + 2
+    const float d = f16(b + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const int n = k / 2, g = k % 2;
+    uint32_t ql[8], qh[8];
+    words<8, kA4>(b + 64 * n + 32 * g, ql);
+    words<8, kA4>(b + 128 + 32 * n, qh);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = 4 * n + g + 2 * e;
+      o[e].d[0] = d * float(sc[2 * j]);
+      o[e].d[1] = d * float(sc[2 * j + 1]);
+      o[e].m[0] = o[e].m[1] = 0.0f;
+#pragma unroll
+      for (int w = 0; w < 8; ++w) {
+        const uint32_t lo = (ql[w] >> (4 * e)) & 0x0f0f0f0fu;
+        const uint32_t hi = (qh[w] >> (2 * (g + 2 * e))) & 0x03030303u;
+        o[e].q[w] = int(__vsubss4(lo | (hi << 4), 0x20202020u));
+      }
+    }
+  }
 }
 
 // acc + the piece's dot with a Q8_0 activation block of scale da and codes a[0..7] (4 per word), in f32. Every

@@ -5,11 +5,14 @@
 // on their way through registers: their rows' raw bytes of the next stage are copied into shared memory
 // asynchronously (cp.async: 4-byte words of the aligned window over each row's stage, the blocks being only 2-byte
 // aligned, or 16-byte chunks where every stage starts 16-byte aligned, as Q4_K's 144-byte ones do in rows of a
-// multiple of 16 bytes), and after the barrier each thread decodes pieces from there with kquant.cuh's decoder (whole
-// words where the rows are 4-byte aligned) into the int8 tile the MMAs read, with each piece's scales and offsets
-// beside it. One tile buffer and two raw buffers: a stage's copies overlap the decoding and the products of the one
-// before. The activations come through registers as in mmq.cu's kernel, and their codes' sums per half (the offsets' terms) are
-// formed as they are stored.
+// multiple of 16 bytes), and after the barrier each thread decodes two pieces of each of its rows from there with
+// kquant.cuh's decoder (whole words where the rows are 4-byte aligned, 16 bytes at a time where 16-byte aligned; the
+// paired types' two pieces from one read of the words they share) into the int8 tile the MMAs read, with each
+// piece's scales and offsets beside it. One tile buffer and two raw buffers: a stage's copies overlap the decoding and
+// the products of the one before. The activations come through registers as in mmq.cu's kernel. The offsets' terms
+// need each block half's sum of activation codes: one more MMA, of a constant 0/1 matrix with the activation
+// fragments, forms them in the registers where the block terms are summed (shuffles would load the shared-memory
+// pipe that bounds the kernel).
 //
 // Each 32-element block's term is then, with dot_h the integer dot of half h and s_h the activations' code sum:
 //   types with one scale per piece:  da * (d * dot + m * (s_0 + s_1))           (one k32 MMA)
@@ -48,12 +51,11 @@ constexpr int raw_words() {
 // The per-piece scales in shared memory.
 //   weights: per-16 types {d_0, -d_0 * kBias, d_1, -d_1 * kBias}; with offsets {d, -d * kBias, m, 0}; else
 //            {d, -d * kBias}. Q2_K's offsets {m_0, m_1} apart.
-//   tokens:  offsets per-16 {d_a, s_0, s_1, 0}; offsets {d_a, s_0 + s_1}; else d_a.
+//   tokens:  d_a (the offsets' code sums come from an MMA: multiply_pieces).
 template <GgmlType T>
 struct PieceScales {
   static constexpr bool kHalves = kq::half_scales(T), kOffset = kq::has_offset(T);
   using W = std::conditional_t<kHalves || kOffset, float4, float2>;
-  using A = std::conditional_t<kOffset, std::conditional_t<kHalves, float4, float2>, float>;
 };
 
 template <GgmlType T, int BM, int BN>
@@ -63,7 +65,7 @@ struct PieceSmem {
   int8_t a[BN * kPRowBytes];
   typename Sc::W ws[kPKB][BM];
   float2 wm[Sc::kHalves && Sc::kOffset ? kPKB : 1][BM];
-  typename Sc::A as[kPKB][BN];
+  float as[kPKB][BN];
   uint32_t raw[2][BM * raw_words<T>()];
   const uint8_t* arow[BN];
   int32_t dst[BN];
@@ -128,44 +130,70 @@ __device__ __forceinline__ void issue_raw(PieceSmem<T, BM, BN>& sm, const Item& 
   cp_async_commit();
 }
 
-// Raw buffer buf (stage s) decoded into the weight tile: thread tid takes piece tid % kPKB of rows tid / kPKB +
-// BM / 4 * i. Rows past the matrix and pieces past the row end are zeros with scale 0. vec4: every row starts 4-byte
-// aligned (the windows start at the stages, and the types with word_aligned_blocks read whole words).
+// Raw buffer buf (stage s) decoded into the weight tile: warp k takes pieces kq::pair_piece(T, k, 0 and 1) of rows
+// lane + 32 * i (consecutive rows in a warp: its stores and 16-byte reads fall in distinct banks). Rows past the
+// matrix and pieces past the row end are zeros with scale 0. vec4: every row starts 4-byte aligned (the windows start
+// at the stages, and the types with word_aligned_blocks read whole words); vec16: 16-byte aligned.
 template <GgmlType T, int BM, int BN>
 __device__ __forceinline__ void decode_pieces(PieceSmem<T, BM, BN>& sm, const Item& it, int s, int buf, int tid,
                                               bool vec4, bool vec16) {
   using Sc = PieceScales<T>;
+  static_assert(threads_of<BM>() == 32 * kPKB / 2);
   const int W = raw_stride<T>(vec16);
-  const int kb = tid % kPKB;
-  const bool in_k = s * kPKB + kb < it.nb;
+  const int k = tid / 32, lane = tid % 32;
+  const int kb[2] = {kq::pair_piece(T, k, 0), kq::pair_piece(T, k, 1)};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int r = tid / kPKB + BM / 4 * i;
-    kq::Piece pc = {};
-    if (in_k && r < it.rows_left) {
+  for (int i = 0; i < BM / 32; ++i) {
+    const int r = lane + 32 * i;
+    kq::Piece pc[2] = {};
+    if (r < it.rows_left) {
       const uint8_t* raw = reinterpret_cast<const uint8_t*>(&sm.raw[buf][r * W]);
-      bool whole = false;
-      if constexpr (kq::word_aligned_blocks(T)) {
-        if (vec4) {
-          pc = kq::piece<T, true>(raw, kb);
-          whole = true;
+      const uint8_t* row = it.w + uint32_t(r) * it.row_bytes + uint32_t(s) * stage_bytes<T>();
+      const uint8_t* un = raw + (reinterpret_cast<uintptr_t>(row) & 3u);  // the window's copy of the stage start
+      if constexpr (kq::paired(T)) {
+        // A super-block is a whole stage: every piece lies inside the row.
+        bool done = false;
+        if constexpr (kq::word_aligned_blocks(T)) {
+          if constexpr (stage_bytes<T>() % 16 == 0) {
+            if (vec16) {
+              kq::piece_pair<T, true, true>(raw, k, pc);
+              done = true;
+            }
+          }
+          if (!done && vec4) {
+            kq::piece_pair<T, true>(raw, k, pc);
+            done = true;
+          }
+        }
+        if (!done) kq::piece_pair<T>(un, k, pc);
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (s * kPKB + kb[h] >= it.nb) continue;
+          bool whole = false;
+          if constexpr (kq::word_aligned_blocks(T)) {
+            if (vec4) {
+              pc[h] = kq::piece<T, true>(raw, kb[h]);
+              whole = true;
+            }
+          }
+          if (!whole) pc[h] = kq::piece<T>(un, kb[h]);
         }
       }
-      if (!whole) {
-        const uintptr_t a = reinterpret_cast<uintptr_t>(it.w + uint32_t(r) * it.row_bytes + uint32_t(s) * stage_bytes<T>());
-        pc = kq::piece<T>(raw + (a & 3u), kb);
-      }
     }
-    int4* dst = reinterpret_cast<int4*>(sm.w + r * kPRowBytes + kb * 32);
-    dst[0] = {pc.q[0], pc.q[1], pc.q[2], pc.q[3]};
-    dst[1] = {pc.q[4], pc.q[5], pc.q[6], pc.q[7]};
-    if constexpr (Sc::kHalves) {
-      sm.ws[kb][r] = {pc.d[0], -pc.d[0] * kBias, pc.d[1], -pc.d[1] * kBias};
-      if constexpr (Sc::kOffset) sm.wm[kb][r] = {pc.m[0], pc.m[1]};
-    } else if constexpr (Sc::kOffset) {
-      sm.ws[kb][r] = {pc.d[0], -pc.d[0] * kBias, pc.m[0], 0.0f};
-    } else {
-      sm.ws[kb][r] = {pc.d[0], -pc.d[0] * kBias};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int4* dst = reinterpret_cast<int4*>(sm.w + r * kPRowBytes + kb[h] * 32);
+      dst[0] = {pc[h].q[0], pc[h].q[1], pc[h].q[2], pc[h].q[3]};
+      dst[1] = {pc[h].q[4], pc[h].q[5], pc[h].q[6], pc[h].q[7]};
+      if constexpr (Sc::kHalves) {
+        sm.ws[kb[h]][r] = {pc[h].d[0], -pc[h].d[0] * kBias, pc[h].d[1], -pc[h].d[1] * kBias};
+        if constexpr (Sc::kOffset) sm.wm[kb[h]][r] = {pc[h].m[0], pc[h].m[1]};
+      } else if constexpr (Sc::kOffset) {
+        sm.ws[kb[h]][r] = {pc[h].d[0], -pc[h].d[0] * kBias, pc[h].m[0], 0.0f};
+      } else {
+        sm.ws[kb[h]][r] = {pc[h].d[0], -pc[h].d[0] * kBias};
+      }
     }
   }
 }
@@ -194,14 +222,11 @@ __device__ __forceinline__ void load_act(PieceAct<BM, BN>& st, const Sm& sm, con
   }
 }
 
-// The activation words into the tile and, for the types with offsets, each block half's code sum beside its scale
-// (different words of one record, from different threads).
+// The activation words into the tile and their blocks' scales beside it.
 template <GgmlType T, int BM, int BN>
 __device__ __forceinline__ void store_act(const PieceAct<BM, BN>& st, PieceSmem<T, BM, BN>& sm, int tid) {
   using A = PieceAct<BM, BN>;
-  using Sc = PieceScales<T>;
   const int lane = tid % 32, warp = tid / 32;
-  int sums[A::kPer][2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int kb = lane / 8 + 4 * h, wi = lane % 8;
@@ -209,44 +234,12 @@ __device__ __forceinline__ void store_act(const PieceAct<BM, BN>& st, PieceSmem<
     for (int i = 0; i < A::kPer; ++i) {
       const int n = warp + A::kWarps * i;
       *reinterpret_cast<uint32_t*>(sm.a + n * kPRowBytes + kb * 32 + 4 * wi) = st.q[i][h];
-      if constexpr (Sc::kOffset) {
-        // The half's 16 codes are the words of lanes 4k .. 4k + 3 (wi / 4 the half).
-        int sum = __dp4a(int(st.q[i][h]), 0x01010101, 0);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        sums[i][h] = sum;
-      }
     }
   }
 #pragma unroll
   for (int i = 0; i < A::kScales; ++i) {
     const int t = tid + A::kThreads * i;
-    if (t < BN * kPKB) {
-      const float d = dev::f16_to_f32(st.d[i]);
-      if constexpr (Sc::kOffset) {
-        reinterpret_cast<float*>(&sm.as[t % kPKB][t / kPKB])[0] = d;
-      } else {
-        sm.as[t % kPKB][t / kPKB] = d;
-      }
-    }
-  }
-  if constexpr (Sc::kOffset) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int kb = lane / 8 + 4 * h, wi = lane % 8;
-#pragma unroll
-      for (int i = 0; i < A::kPer; ++i) {
-        const int n = warp + A::kWarps * i;
-        float* rec = reinterpret_cast<float*>(&sm.as[kb][n]);
-        if constexpr (Sc::kHalves) {
-          if (wi % 4 == 0) rec[1 + wi / 4] = float(sums[i][h]);
-        } else {
-          // The two halves' sums added by the lanes of the first half (lanes 4k + 4 hold the second).
-          const int other = __shfl_down_sync(0xffffffffu, sums[i][h], 4);
-          if (wi == 0) rec[1] = float(sums[i][h] + other);
-        }
-      }
-    }
+    if (t < BN * kPKB) sm.as[t % kPKB][t / kPKB] = dev::f16_to_f32(st.d[i]);
   }
 }
 // c = kBiasBits + A (16 x 16) * B (16 x 8), int32: one half of a piece (fragments as m16n8k32's k half).
@@ -256,24 +249,13 @@ __device__ __forceinline__ void mma_s8_k16_biased(int (&c)[4], uint32_t a0, uint
       : "r"(a0), "r"(a1), "r"(b), "r"(kBiasBits));
 }
 
-// Tokens 2q and 2q + 1's scale records (n even).
-template <class A>
-struct TokenPair {
-  A v[2];
-};
-template <class A>
-__device__ __forceinline__ TokenPair<A> token_pair(const A* rec) {
-  TokenPair<A> t;
-  if constexpr (sizeof(A) <= 8) {
-    // Two records of 4 or 8 bytes are one aligned 8- or 16-byte read.
-    using Pair = std::conditional_t<sizeof(A) == 4, float2, float4>;
-    const Pair p = *reinterpret_cast<const Pair*>(rec);
-    t = *reinterpret_cast<const TokenPair<A>*>(&p);
-  } else {
-    t.v[0] = rec[0];
-    t.v[1] = rec[1];
-  }
-  return t;
+// c = A (16 x 32) * B (32 x 8) with A's rows 0-7 ones over k 0-15 and rows 8-15 ones over k 16-31: c[0], c[1] the
+// first half's code sums of B's columns 2q and 2q + 1, c[2], c[3] the second half's (the activations' half sums).
+__device__ __forceinline__ void mma_half_sums(int (&c)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %5, %4}, {%6, %7}, "
+      "{%5, %5, %5, %5};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(0x01010101u), "r"(0u), "r"(b0), "r"(b1));
 }
 
 // multiply_stage for the piece types: the same fragments over a stage of kbn (<= kPKB) pieces, each block's term as
@@ -299,9 +281,15 @@ __device__ __forceinline__ void multiply_pieces(const PieceSmem<T, BM, BN>& sm, 
         ws[i][h] = sm.ws[kb][row];
         if constexpr (Sc::kHalves && Sc::kOffset) wm2[i][h] = sm.wm[kb][row];
       }
-    TokenPair<typename Sc::A> ts[kNT];
+    float2 ts[kNT];  // tokens 2q and 2q + 1's scales
+    int hs[kNT][4];  // their half sums (mma_half_sums)
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) ts[j] = token_pair(&sm.as[kb][wn * (BN / 2) + j * 8 + 2 * q]);
+    for (int j = 0; j < kNT; ++j) {
+      ts[j] = *reinterpret_cast<const float2*>(&sm.as[kb][wn * (BN / 2) + j * 8 + 2 * q]);
+      if constexpr (Sc::kOffset) {
+        if (kFull || j * 8 < n_valid) mma_half_sums(hs[j], bf[j][0], bf[j][1]);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -317,23 +305,16 @@ __device__ __forceinline__ void multiply_pieces(const PieceSmem<T, BM, BN>& sm, 
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const auto w = ws[i][c / 2];
-          const auto a = ts[j].v[c % 2];
+          const float da = c % 2 == 0 ? ts[j].x : ts[j].y;
           float t = fmaf(w.x, __int_as_float(c0[c]), w.y);
-          float da;
           if constexpr (Sc::kHalves) {
             t = __fadd_rn(t, fmaf(w.z, __int_as_float(c1[c]), w.w));
             if constexpr (Sc::kOffset) {
-              t = fmaf(wm2[i][c / 2].x, a.y, t);
-              t = fmaf(wm2[i][c / 2].y, a.z, t);
-              da = a.x;
-            } else {
-              da = a;
+              t = fmaf(wm2[i][c / 2].x, float(hs[j][c % 2]), t);
+              t = fmaf(wm2[i][c / 2].y, float(hs[j][2 + c % 2]), t);
             }
           } else if constexpr (Sc::kOffset) {
-            t = fmaf(w.z, a.y, t);  // m * (s_0 + s_1)
-            da = a.x;
-          } else {
-            da = a;
+            t = fmaf(w.z, float(hs[j][c % 2] + hs[j][2 + c % 2]), t);  // m * (s_0 + s_1)
           }
           acc[i][j][c] = fmaf(t, da, acc[i][j][c]);
         }
