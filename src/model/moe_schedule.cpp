@@ -93,7 +93,7 @@ void schedule_moe(const MoeStep& s, MoeSchedule& out) {
     const bool in_ram = !s.next_in_ram || s.next_in_ram(e);
     if (s.next_resident && s.next_resident(e)) continue;
     if (in_ram) {
-      out.prefetch_compute.push_back(e);
+      if (int64_t(out.prefetch_compute.size()) < s.max_prefetch_compute) out.prefetch_compute.push_back(e);
     } else {
       out.prefetch_ram.push_back(e);
     }

@@ -123,6 +123,26 @@ TEST(MoeSchedule, ReadsAheadGoToTheTierThatLacksThem) {
   EXPECT_TRUE(s.prefetch_ram.empty());
 }
 
+TEST(MoeSchedule, ReadsAheadIntoTheComputeTierAreTheLikeliestThatFit) {
+  const std::vector<int32_t> ids = {0, 1};
+  const std::vector<int32_t> guess = {6, 3, 4, 5};  // likeliest first
+  MoeSchedule s;
+  // 3 resident already takes none of the allowance; 4 and 5 in RAM, 6 too.
+  schedule_moe({.ids = ids, .n_tok = 1, .n_used = 2, .n_expert = 8, .max_group = 4, .guess = guess,
+                .max_prefetch_compute = 2, .next_resident = [](int32_t e) { return e == 3; },
+                .next_in_ram = [](int32_t e) { return e != 7; }},
+               s);
+  EXPECT_EQ(s.prefetch_compute, (std::vector<int32_t>{6, 4}));
+  EXPECT_TRUE(s.prefetch_ram.empty());
+  // No idle time on the link: nothing read ahead into it; RAM still reads ahead what it lacks.
+  schedule_moe({.ids = ids, .n_tok = 1, .n_used = 2, .n_expert = 8, .max_group = 4, .guess = guess,
+                .max_prefetch_compute = 0, .next_resident = [](int32_t e) { return e == 3; },
+                .next_in_ram = [](int32_t e) { return e != 6; }},
+               s);
+  EXPECT_TRUE(s.prefetch_compute.empty());
+  EXPECT_EQ(s.prefetch_ram, (std::vector<int32_t>{6}));
+}
+
 TEST(CpuRate, ColdSamplesNeverRaiseTheEstimateAndWarmOutliersAreCapped) {
   CpuRate r;
   // Cold and slower than the stand-in: the stand-in stays.

@@ -8,7 +8,8 @@
 //     the compute tier misses and RAM holds, the fewest-used first, as many as finish no later than the copies of
 //     the rest, from the measured per-byte rates;
 //   - what to read ahead for the next layer in each tier, from a guess of its experts (its router applied to the
-//     current hidden state): into the compute tier what RAM holds, into RAM what it does not.
+//     current hidden state): into the compute tier what RAM holds (the likeliest, as many as the caller allows),
+//     into RAM what it does not.
 // Host code with no GPU in it; the forward passes execute what it says.
 #pragma once
 
@@ -38,8 +39,11 @@ struct MoeStep {
   // At least this many of the missed experts go to the CPU (where it may share): a rate measured once too slow
   // (a cold pool, a busy machine) would otherwise never be measured again.
   int32_t min_cpu = 0;
-  // The next layer: its guessed experts and what its tiers hold (nullptr: hold nothing).
+  // The next layer: its guessed experts, likeliest first, and what its tiers hold (nullptr: hold nothing).
   std::span<const int32_t> guess;
+  // Reads ahead into the compute tier: at most this many (the likeliest guesses), so that they fill the link's idle
+  // time and never delay the next layer's own copies.
+  int32_t max_prefetch_compute = INT32_MAX;
   std::function<bool(int32_t)> next_resident, next_in_ram;
 };
 

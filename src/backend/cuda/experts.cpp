@@ -219,23 +219,39 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
 
   const model::ExpertLayout& layout = st.layouts->experts[il];
   const uint32_t next = il + 1;
+  const double copy_s_per_byte = tier.copy_s_per_byte() > 0 ? tier.copy_s_per_byte() : model::kCopyGuessSPerByte;
+  int32_t max_prefetch = 0;
+  if (guessed) {
+    // The link is idle from the end of a layer's own copies to the next layer's: reads ahead copied then delay
+    // nothing. A layer's cycle ends at the next round trip (a token's first layer starts a new cycle).
+    const auto now = std::chrono::steady_clock::now();
+    if (il > 0 && round_trip_ != std::chrono::steady_clock::time_point{}) {
+      const double cycle = std::chrono::duration<double>(now - round_trip_).count();
+      idle_link_s_ = 0.75 * idle_link_s_ + 0.25 * std::max(0.0, cycle - own_copies_s_);
+    }
+    round_trip_ = now;
+    const double record_s = double(st.layouts->experts[next].record_bytes) * copy_s_per_byte;
+    max_prefetch = record_s > 0 ? int32_t(std::min<double>(K, idle_link_s_ / record_s)) : K;
+  }
   model::schedule_moe(
       {.ids = std::span<const int32_t>(ids, size_t(nk)), .n_tok = int32_t(n), .n_used = K, .n_expert = int32_t(X),
        // moe_plan sorts a group of at most 1024 members.
        .max_group = std::min<uint32_t>(slots, 2048), .overlap = true, .cpu_share = split,
        .resident = [&](int32_t e) { return tier.contains(il, e); },
        .in_ram = ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(il, e); }),
-       .record_bytes = layout.record_bytes, .copy_s_per_byte = tier.copy_s_per_byte(),
+       .record_bytes = layout.record_bytes, .copy_s_per_byte = copy_s_per_byte,
        .cpu_s_per_byte = cpu_rate_.s_per_byte(),
        // Every couple of tokens without a share, one expert measures the CPU's rate again (and the layer after
        // that measure, warm).
        .min_cpu = split && (since_cpu_ >= 2 * s.n_layer || warm_sample_due_) ? 1 : 0,
        .guess = guessed ? std::span<const int32_t>(ids + nk, size_t(K)) : std::span<const int32_t>(),
+       .max_prefetch_compute = max_prefetch,
        .next_resident = [&](int32_t e) { return tier.contains(next, e); },
        .next_in_ram =
            ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(next, e); })},
       schedule_);
   if (split && schedule_.missed > 1) since_cpu_ = schedule_.cpu.empty() ? since_cpu_ + 1 : 0;
+  own_copies_s_ = double(schedule_.missed - int64_t(schedule_.cpu.size())) * double(layout.record_bytes) * copy_s_per_byte;
   if (!schedule_.cpu.empty()) warm_sample_due_ = false;  // cpu_share says whether this one was
   auto read_ahead = [&] {
     if (!schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);
