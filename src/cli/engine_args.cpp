@@ -38,7 +38,7 @@ void add_model_options(Args& args, const ModelOptionsHelp& help) {
               "IQ4_XS in the GPU's own order)" +
               ignored);
   args.option("--expert-prefetch", "on|off", "with --gpu-budget on CUDA: decode copies the next layer's guessed "
-              "experts to the GPU ahead of their use (default off)" + ignored);
+              "experts to the GPU ahead of their use, as many as fit in the link's idle time (default off)" + ignored);
 }
 
 void add_sampling_options(Args& args, int32_t default_n_predict) {

@@ -222,12 +222,13 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
   const double copy_s_per_byte = tier.copy_s_per_byte() > 0 ? tier.copy_s_per_byte() : model::kCopyGuessSPerByte;
   int32_t max_prefetch = 0;
   if (guessed) {
-    // The link is idle from the end of a layer's own copies to the next layer's: reads ahead copied then delay
-    // nothing. A layer's cycle ends at the next round trip (a token's first layer starts a new cycle).
+    // The link is idle from the end of a layer's copies (its own and its reads ahead) to the next layer's: reads
+    // ahead that fit there delay nothing. A layer's cycle ends at the next round trip (a token's first layer starts
+    // a new cycle).
     const auto now = std::chrono::steady_clock::now();
     if (il > 0 && round_trip_ != std::chrono::steady_clock::time_point{}) {
       const double cycle = std::chrono::duration<double>(now - round_trip_).count();
-      idle_link_s_ = 0.75 * idle_link_s_ + 0.25 * std::max(0.0, cycle - own_copies_s_);
+      idle_link_s_ = 0.75 * idle_link_s_ + 0.25 * std::max(0.0, cycle - link_s_);
     }
     round_trip_ = now;
     const double record_s = double(st.layouts->experts[next].record_bytes) * copy_s_per_byte;
@@ -251,7 +252,11 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
            ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(next, e); })},
       schedule_);
   if (split && schedule_.missed > 1) since_cpu_ = schedule_.cpu.empty() ? since_cpu_ + 1 : 0;
-  own_copies_s_ = double(schedule_.missed - int64_t(schedule_.cpu.size())) * double(layout.record_bytes) * copy_s_per_byte;
+  // The link's work of this layer's cycle: its own copies and the reads ahead into the next.
+  const int64_t copied = schedule_.missed - int64_t(schedule_.cpu.size());
+  link_s_ = double(copied) * double(layout.record_bytes) * copy_s_per_byte +
+            double(schedule_.prefetch_compute.size()) * double(st.layouts->experts[std::min(next, s.n_layer - 1)].record_bytes) *
+                copy_s_per_byte;
   if (!schedule_.cpu.empty()) warm_sample_due_ = false;  // cpu_share says whether this one was
   auto read_ahead = [&] {
     if (!schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);

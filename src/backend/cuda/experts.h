@@ -102,9 +102,9 @@ class RoutedExperts {
   bool warm_sample_due_ = false;
   uint64_t cpu_count_ = 0;     // experts the CPU computed
   // Decode with reads ahead: the link's idle time in a layer's cycle (from one router round trip to the next, less
-  // the seconds of that layer's own copies), averaged over layers; the reads ahead take what fits in it.
+  // the seconds of the copies that layer queued), averaged over layers; the reads ahead take what fits in it.
   std::chrono::steady_clock::time_point round_trip_{};  // the last layer's, where it guessed
-  double own_copies_s_ = 0;
+  double link_s_ = 0;
   double idle_link_s_ = 0;
   ExpertHostTimes times_;
 };
