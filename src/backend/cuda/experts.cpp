@@ -254,9 +254,9 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
   if (split && schedule_.missed > 1) since_cpu_ = schedule_.cpu.empty() ? since_cpu_ + 1 : 0;
   // The link's work of this layer's cycle: its own copies and the reads ahead into the next.
   const int64_t copied = schedule_.missed - int64_t(schedule_.cpu.size());
-  link_s_ = double(copied) * double(layout.record_bytes) * copy_s_per_byte +
-            double(schedule_.prefetch_compute.size()) * double(st.layouts->experts[std::min(next, s.n_layer - 1)].record_bytes) *
-                copy_s_per_byte;
+  const uint64_t next_bytes = st.layouts->experts[std::min(next, s.n_layer - 1)].record_bytes;
+  link_s_ = (double(copied) * double(layout.record_bytes) +
+             double(schedule_.prefetch_compute.size()) * double(next_bytes)) * copy_s_per_byte;
   if (!schedule_.cpu.empty()) warm_sample_due_ = false;  // cpu_share says whether this one was
   auto read_ahead = [&] {
     if (!schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);
