@@ -232,7 +232,7 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
     }
     round_trip_ = now;
     const double record_s = double(st.layouts->experts[next].record_bytes) * copy_s_per_byte;
-    max_prefetch = record_s > 0 ? int32_t(std::min<double>(K, idle_link_s_ / record_s)) : K;
+    max_prefetch = int32_t(std::min<double>(K, idle_link_s_ / record_s));
   }
   model::schedule_moe(
       {.ids = std::span<const int32_t>(ids, size_t(nk)), .n_tok = int32_t(n), .n_used = K, .n_expert = int32_t(X),
@@ -240,7 +240,7 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
        .max_group = std::min<uint32_t>(slots, 2048), .overlap = true, .cpu_share = split,
        .resident = [&](int32_t e) { return tier.contains(il, e); },
        .in_ram = ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(il, e); }),
-       .record_bytes = layout.record_bytes, .copy_s_per_byte = copy_s_per_byte,
+       .record_bytes = layout.record_bytes, .copy_s_per_byte = tier.copy_s_per_byte(),
        .cpu_s_per_byte = cpu_rate_.s_per_byte(),
        // Every couple of tokens without a share, one expert measures the CPU's rate again (and the layer after
        // that measure, warm).
@@ -252,11 +252,13 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
            ram.resident() ? nullptr : std::function<bool(int32_t)>([&](int32_t e) { return ram.contains(next, e); })},
       schedule_);
   if (split && schedule_.missed > 1) since_cpu_ = schedule_.cpu.empty() ? since_cpu_ + 1 : 0;
-  // The link's work of this layer's cycle: its own copies and the reads ahead into the next.
-  const int64_t copied = schedule_.missed - int64_t(schedule_.cpu.size());
-  const uint64_t next_bytes = st.layouts->experts[std::min(next, s.n_layer - 1)].record_bytes;
-  link_s_ = (double(copied) * double(layout.record_bytes) +
-             double(schedule_.prefetch_compute.size()) * double(next_bytes)) * copy_s_per_byte;
+  if (guessed) {
+    // The link's work of this layer's cycle: its own copies and the reads ahead into the next.
+    const int64_t copied = schedule_.missed - int64_t(schedule_.cpu.size());
+    link_s_ = (double(copied) * double(layout.record_bytes) +
+               double(schedule_.prefetch_compute.size()) * double(st.layouts->experts[next].record_bytes)) *
+              copy_s_per_byte;
+  }
   if (!schedule_.cpu.empty()) warm_sample_due_ = false;  // cpu_share says whether this one was
   auto read_ahead = [&] {
     if (!schedule_.prefetch_compute.empty()) tier.prefetch(next, schedule_.prefetch_compute);
