@@ -44,6 +44,34 @@ TEST(ThreadPool, BackToBackJobsRunOnlyTheirOwnTasks) {
   EXPECT_EQ(stale.load(), 0);
 }
 
+TEST(ThreadPool, RunsBesideOnceOnTheCallerWhileWorkersTakeTasks) {
+  ThreadPool pool(3);
+  const auto caller = std::this_thread::get_id();
+  for (const int64_t n : {0, 1, 2, 64}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::atomic<int> beside_runs{0}, done_by_workers{0};
+    std::atomic<bool> beside_on_caller{false};
+    pool.run(
+        n,
+        [&](int64_t t) {
+          hits[size_t(t)].fetch_add(1);
+          if (std::this_thread::get_id() != caller) done_by_workers.fetch_add(1);
+        },
+        [&] {
+          beside_runs.fetch_add(1);
+          beside_on_caller.store(std::this_thread::get_id() == caller);
+          // Where there are tasks for the workers, they take some while the caller is busy here.
+          const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (n > 1 && done_by_workers.load() == 0 && std::chrono::steady_clock::now() < give_up)
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        });
+    EXPECT_EQ(beside_runs.load(), 1) << n << " tasks";
+    EXPECT_TRUE(beside_on_caller.load()) << n << " tasks";
+    if (n > 1) EXPECT_GT(done_by_workers.load(), 0) << n << " tasks";
+    for (auto& h : hits) EXPECT_EQ(h.load(), 1) << n << " tasks";
+  }
+}
+
 TEST(ThreadPool, WakesSleepingWorkersAndStopsWithThem) {
   auto pool = std::make_unique<ThreadPool>(3);
   for (int round = 0; round < 3; ++round) {

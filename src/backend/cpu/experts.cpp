@@ -6,9 +6,12 @@ namespace df::cpu {
 
 void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std::span<const int64_t> first,
                      const float* in, float* out, ExpertScratch& scratch, GateActivation act, bool shared_in,
-                     bool cuda_order) {
+                     bool cuda_order, const std::function<void()>& beside) {
   DF_CHECK(first.size() == ew.size() + 1);
-  if (ew.empty()) return;
+  if (ew.empty()) {
+    if (beside) beside();
+    return;
+  }
   const int64_t E = ew[0].gate.cols, F = ew[0].gate.rows, rows = first.back();
   scratch.gate.grow(uint64_t(rows * F));
   scratch.up.grow(uint64_t(rows * F));
@@ -21,7 +24,7 @@ void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std
     jobs.push_back({&ew[i].gate, x, m, scratch.gate.data() + first[i] * F, /*per_row=*/true, cuda_order});
     jobs.push_back({&ew[i].up, x, m, scratch.up.data() + first[i] * F, /*per_row=*/true, cuda_order});
   }
-  matmul_many(ctx, jobs);
+  matmul_many(ctx, jobs, beside);
   if (act == GateActivation::kGeGlu) {
     geglu(ctx, scratch.gate.data(), scratch.up.data(), rows * F, scratch.gate.data());
   } else {

@@ -11,10 +11,11 @@ namespace df::cpu {
 
 using gguf::GgmlType;
 
-void Context::parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+void Context::parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn, const std::function<void()>& beside) {
   if (pool) {
-    pool->run(n_tasks, fn);
+    pool->run(n_tasks, fn, beside);
   } else {
+    if (beside) beside();
     for (int64_t t = 0; t < n_tasks; ++t) fn(t);
   }
 }
@@ -178,7 +179,7 @@ void matmul(Context& ctx, const model::Mat& w, const float* x, int64_t n_tok, fl
   matmul_many(ctx, std::span<const MatmulJob>(&job, 1));
 }
 
-void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
+void matmul_many(Context& ctx, std::span<const MatmulJob> jobs, const std::function<void()>& beside) {
   const Kernels& k = *ctx.kernels;
   // Activations of every job converted once, each job in its own region, except that a job whose input and format
   // are those of the job before it reads that job's (q, k and v of a layer; an expert's gate and up; experts that
@@ -330,7 +331,7 @@ void matmul_many(Context& ctx, std::span<const MatmulJob> jobs) {
         }
       for (; t < jb.n_tok; ++t) jb.y[t * w.rows + r] = dot_row(k, w.type, order, w.cols, wr, act + t * arb);
     }
-  });
+  }, beside);
 }
 
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y) {

@@ -41,9 +41,13 @@ void ThreadPool::work_on_current() {
   }
 }
 
-void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
-  if (n_tasks <= 0) return;
+void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn, const std::function<void()>& beside) {
+  if (n_tasks <= 0) {
+    if (beside) beside();
+    return;
+  }
   if (workers_.empty() || n_tasks == 1) {
+    if (beside) beside();
     for (int64_t t = 0; t < n_tasks; ++t) fn(t);
     return;
   }
@@ -60,6 +64,7 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
     { std::lock_guard<std::mutex> lock(mu_); }
     wake_.notify_all();
   }
+  if (beside) beside();
   work_on_current();
   while (done_tasks_.load(std::memory_order_acquire) < n_tasks) cpu_relax();
   // Close the job, then wait for the workers inside it: they find no task left and leave. One that sees the job

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -24,9 +25,11 @@ enum class GateActivation { kSwiGlu, kGeGlu };
 // ew.size() + 1 entries); out: [rows][n_embd], each row its expert's gated FFN of the input row. With shared_in,
 // every expert takes the same m = first[i + 1] - first[i] rows in[0 .. m) (one token's experts in decode): its
 // activations are converted once for all of them. cuda_order: the products as MatmulJob::cuda_order takes them (a GPU
-// run's CPU share).
+// run's CPU share). beside, where given, runs once on the calling thread while the pool's other threads start the gate
+// and up products (a GPU run's CUDA calls for its own share of the experts).
 void expert_products(Context& ctx, std::span<const model::ExpertWeights> ew, std::span<const int64_t> first,
                      const float* in, float* out, ExpertScratch& scratch,
-                     GateActivation act = GateActivation::kSwiGlu, bool shared_in = false, bool cuda_order = false);
+                     GateActivation act = GateActivation::kSwiGlu, bool shared_in = false, bool cuda_order = false,
+                     const std::function<void()>& beside = {});
 
 }  // namespace df::cpu

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -51,7 +52,8 @@ struct Context {
   WorkBuffer<float> attn_parts;  // [n_head][chunks][2 + head_dim_v]: one query's attention of each chunk of cells
   uint64_t weight_bytes_read = 0;  // bytes of weights the matmuls streamed through (for bench's GB/s)
 
-  void parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn);
+  // fn(task) for every task < n_tasks; beside, where given, once on this thread meanwhile (ThreadPool::run).
+  void parallel(int64_t n_tasks, const std::function<void(int64_t)>& fn, const std::function<void()>& beside = {});
   // fn(i0, i1) over [0, n) in one range per thread, the bounds multiples of `align`, each range at least `grain`
   // long: fewer elements stay on this thread rather than wake the pool. For the row-wise and element-wise steps
   // between the products, which would otherwise leave every other thread waiting; each element is computed as on
@@ -84,7 +86,8 @@ struct MatmulJob {
   // its kin) instead of llama.cpp's Q8_K: a GPU run's CPU share of its experts then rounds as the GPU would.
   bool cuda_order = false;
 };
-void matmul_many(Context& ctx, std::span<const MatmulJob> jobs);
+// beside, where given, runs once on the calling thread while the pool's other threads start the products.
+void matmul_many(Context& ctx, std::span<const MatmulJob> jobs, const std::function<void()>& beside = {});
 
 // Whether the CPU's product of a matrix of type t rounds as the CUDA decode products do, with cuda_order where
 // that matters: the same Q8_0 activations and per-block terms, at most the sum's order differing.

@@ -26,8 +26,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
-  // Not reentrant: one job at a time, from the thread that owns the pool.
-  void run(int64_t n_tasks, const std::function<void(int64_t task)>& fn);
+  // Not reentrant: one job at a time, from the thread that owns the pool. `beside`, where given, runs once on the
+  // calling thread after the job is posted and before that thread takes tasks: work of its own (a GPU run's CUDA
+  // calls) that the workers' first tasks overlap. It must not use the pool.
+  void run(int64_t n_tasks, const std::function<void(int64_t task)>& fn, const std::function<void()>& beside = {});
 
  private:
   void worker_loop();
