@@ -8,6 +8,8 @@
 #include <random>
 
 #include "diskformer/backend/cpu/ops.h"
+#include "diskformer/cudart/pinned.h"
+#include "diskformer/io/buffer.h"
 #include "gpu/gpu_support.h"
 #include "gpu/kernel_support.h"
 
@@ -478,6 +480,72 @@ TEST(CudaKernels, MoeCombineMatchesCpuOrder) {
   cuda::moe_combine({.expert_out = deo.as<float>(), .weights = dw.as<float>(), .out = dout.as<float>(),
                      .n_tok = n_tok, .n_embd = E, .n_used = K});
   EXPECT_EQ(download<float>(dout, want.size()), want);
+}
+
+// A decode step's CPU rows and weights stay in pinned host memory, and the combine adds them into the residual stream
+// in its one launch: x + the sum, rounded as moe_combine into a buffer and then add would round.
+TEST(CudaKernels, MoeCombineAddsPinnedHostRowsIntoOut) {
+  DF_REQUIRE_GPU();
+  const int64_t n_tok = 2, E = 300;
+  const int K = 3;
+  auto eo = random_floats(n_tok * K * E, 83), w = random_floats(n_tok * K, 84, 0.0f, 1.0f);
+  auto x = random_floats(n_tok * E, 85);
+  auto host = [](std::span<const float> v) {
+    auto b = io::AlignedBuffer::allocate(v.size() * 4, 64, cuda::pinned_host_allocator());
+    EXPECT_TRUE(b.ok());
+    std::memcpy(b->data(), v.data(), v.size() * 4);
+    return std::move(*b);
+  };
+  io::AlignedBuffer heo = host(eo), hw = host(w);
+  auto deo = cuda::to_device(eo), dw = cuda::to_device(w), dx = cuda::to_device(x);
+  cuda::DeviceBuffer sum(x.size() * 4);
+  cuda::moe_combine({.expert_out = deo.as<float>(), .weights = dw.as<float>(), .out = sum.as<float>(),
+                     .n_tok = n_tok, .n_embd = E, .n_used = K});
+  cuda::add({.x = dx.as<float>(), .y = sum.as<float>(), .n = n_tok * E});
+  const std::vector<float> want = download<float>(dx, x.size());
+  auto dout = cuda::to_device(x);
+  cuda::moe_combine({.expert_out = reinterpret_cast<const float*>(heo.data()),
+                     .weights = reinterpret_cast<const float*>(hw.data()), .out = dout.as<float>(), .n_tok = n_tok,
+                     .n_embd = E, .n_used = K, .accumulate = true});
+  EXPECT_EQ(download<float>(dout, x.size()), want);
+}
+
+// Spans of any length (none, one word, more than the launch's blocks cover in one pass) between device and pinned
+// host memory, in both directions, each landing whole and alone.
+TEST(CudaKernels, CopySpansCopiesEachSpanWhole) {
+  DF_REQUIRE_GPU();
+  const int64_t lens[4] = {1, 0, 70000, 2048}, kStride = 70001;  // a word past each span stays
+  std::vector<std::vector<float>> src;
+  std::vector<cuda::DeviceBuffer> dev;
+  for (int i = 0; i < 4; ++i) {
+    src.push_back(random_floats(std::max<int64_t>(lens[i], 1), 90 + i));
+    dev.push_back(cuda::to_device(src.back()));
+  }
+  auto pinned = io::AlignedBuffer::allocate(4 * kStride * 4, 64, cuda::pinned_host_allocator());
+  ASSERT_TRUE(pinned.ok());
+  float* h = reinterpret_cast<float*>(pinned->data());
+  std::fill_n(h, 4 * kStride, -1.0f);
+  cuda::CopySpansArgs to_host;
+  for (int i = 0; i < 4; ++i) to_host.spans[i] = {dev[size_t(i)].as<float>(), h + i * kStride, lens[i] * 4};
+  cuda::copy_spans(to_host);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::equal(src[size_t(i)].begin(), src[size_t(i)].begin() + lens[i], h + i * kStride)) << "span " << i;
+    EXPECT_EQ(h[i * kStride + lens[i]], -1.0f) << "past span " << i;
+  }
+  // Back: host to device, into zeroed buffers.
+  cuda::CopySpansArgs to_dev;
+  std::vector<cuda::DeviceBuffer> back;
+  for (int i = 0; i < 4; ++i) {
+    back.push_back(cuda::to_device(std::vector<float>(size_t(lens[i] + 1), 0.0f)));
+    to_dev.spans[i] = {h + i * kStride, back.back().as<float>(), lens[i] * 4};
+  }
+  cuda::copy_spans(to_dev);
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<float> got = download<float>(back[size_t(i)], size_t(lens[i] + 1));
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + lens[i], src[size_t(i)].begin())) << "span " << i;
+    EXPECT_EQ(got[size_t(lens[i])], 0.0f) << "past span " << i;
+  }
 }
 
 class CudaGetRows : public ::testing::TestWithParam<GgmlType> {};

@@ -1,6 +1,8 @@
 // Element-wise steps of the forward pass: the gated activations (SwiGLU, GeGLU, GELU), scales and the logits' soft
-// cap, the residual add, KV cache stores (f16) and embedding row gathers.
+// cap, the residual add, small copies in one launch, KV cache stores (f16) and embedding row gathers.
 // Roundings are spelled out (__f*_rn) where the CPU code rounds each operation, so nvcc does not fuse them.
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kquant.cuh"
 #include "backend/cuda/launch.cuh"
@@ -54,6 +56,18 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
   dev::wait_prior();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = __fadd_rn(x[i], y[i]);
+}
+
+// blockIdx.y: the span; the blocks along x stride over its words.
+__global__ void copy_spans_kernel(CopySpansArgs a) {
+  dev::allow_next();
+  dev::wait_prior();
+  const CopySpan& c = a.spans[blockIdx.y];
+  const int64_t words = c.bytes / 4;
+  const uint32_t* src = static_cast<const uint32_t*>(c.src);
+  uint32_t* dst = static_cast<uint32_t*>(c.dst);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
 }
 
 // A thread per element of the larger of the key and value rows of one token.
@@ -148,6 +162,18 @@ void add(const AddArgs& a) {
   DF_CHECK(a.x != nullptr && a.y != nullptr && a.n >= 0);
   if (a.n == 0) return;
   launch_early(add_kernel, dim3(grid_for(a.n)), dim3(kThreads), 0, a.stream, a.x, a.y, a.n);
+}
+
+void copy_spans(const CopySpansArgs& a) {
+  int64_t most = 0;
+  for (const CopySpan& c : a.spans) {
+    DF_CHECK(c.bytes >= 0 && c.bytes % 4 == 0 && (c.bytes == 0 || (c.src != nullptr && c.dst != nullptr)));
+    most = std::max(most, c.bytes / 4);
+  }
+  if (most == 0) return;
+  // Small copies (a few kilobytes): a few blocks each, their threads' stores to host memory in flight together.
+  const unsigned blocks = unsigned(std::min<int64_t>(grid_for(most, kThreads), 64));
+  launch_early(copy_spans_kernel, dim3(blocks, 4), dim3(kThreads), 0, a.stream, a);
 }
 
 void store_kv(const StoreKvArgs& a) {

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kMaxExperts) route_kernel(const float* __restr
 
 // A thread per (token, element): the slots added in routing order with separate roundings, as the CPU loop does.
 __global__ void combine_kernel(const float* __restrict__ eo, const float* __restrict__ w, float* __restrict__ out,
-                               int64_t n_tok, int64_t n_embd, int n_used) {
+                               int64_t n_tok, int64_t n_embd, int n_used, bool accumulate) {
   dev::allow_next();
   dev::wait_prior();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -84,7 +84,7 @@ __global__ void combine_kernel(const float* __restrict__ eo, const float* __rest
   const float* wt = w + t * n_used;
   float acc = __fmul_rn(e[0], wt[0]);
   for (int k = 1; k < n_used; ++k) acc = __fadd_rn(acc, __fmul_rn(e[int64_t(k) * n_embd], wt[k]));
-  out[idx] = acc;
+  out[idx] = accumulate ? __fadd_rn(out[idx], acc) : acc;
 }
 
 }  // namespace
@@ -108,7 +108,7 @@ void moe_combine(const MoeCombineArgs& a) {
   const int64_t grid = (n + kThreads - 1) / kThreads;
   DF_CHECK(grid <= 0x7fffffff);
   launch_early(combine_kernel, dim3(unsigned(grid)), dim3(kThreads), 0, a.stream, a.expert_out, a.weights, a.out,
-               a.n_tok, a.n_embd, a.n_used);
+               a.n_tok, a.n_embd, a.n_used, a.accumulate);
 }
 
 }  // namespace df::cuda

@@ -303,6 +303,20 @@ struct AddArgs {
 };
 void add(const AddArgs& a);
 
+// Up to four copies of 4-byte words in one launch, each span's bytes from src to dst (either may be pinned host
+// memory, which kernels address at its host address): a decode step's router choices and normed rows for the host,
+// one kernel of a captured segment where a copy each would be a node each.
+struct CopySpan {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t bytes = 0;  // a multiple of 4; 0: no copy
+};
+struct CopySpansArgs {
+  CopySpan spans[4] = {};
+  cudaStream_t stream = nullptr;
+};
+void copy_spans(const CopySpansArgs& a);
+
 // Routing of each token (the CPU engine's moe_ffn): softmax over all n_expert router logits, the n_used largest
 // (ties: the lower id first), weights renormalized over the selected when norm_topk (the Mixtral layout's softmax
 // over the selected equals this).
@@ -328,6 +342,7 @@ struct MoeCombineArgs {
   int64_t n_tok = 0, n_embd = 0;
   int n_used = 0;
   cudaStream_t stream = nullptr;
+  bool accumulate = false;  // out += the sum, rounded as add() would add it
 };
 void moe_combine(const MoeCombineArgs& a);
 
