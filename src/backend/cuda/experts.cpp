@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <utility>
 
 #include "diskformer/backend/cuda/kernels.h"
 #include "diskformer/cudart/check.h"
@@ -18,6 +20,11 @@ void reserve_pinned(io::AlignedBuffer& b, uint64_t bytes) {
   if (b.size() >= bytes) return;
   auto r = io::AlignedBuffer::allocate(bytes, 64, pinned_host_allocator());
   DF_CHECK(r.ok());  // small (ids and plans of one batch); failing here means the host is out of locked memory
+  // Kernels read and write these in place (fetch, the combine of the CPU's rows): under unified addressing a pinned
+  // block's device address is its host address.
+  cudaPointerAttributes a{};
+  DF_CUDA_CHECK(cudaPointerGetAttributes(&a, r->data()));
+  DF_CHECK(a.devicePointer == r->data());
   b = std::move(*r);
 }
 
@@ -39,11 +46,22 @@ class AddSeconds {
 RoutedExperts::RoutedExperts(const GpuModel& m, std::vector<DeviceBuffer>& buf, bool grouped, uint32_t max_batch)
     : m_(m), buf_(buf), grouped_(grouped), glu_(m.spec.family == model::Family::kGemma4 ? Glu::kGelu : Glu::kSilu) {
   if (!m.streamed) return;
+  DF_CUDA_CHECK(cudaEventCreateWithFlags(&fetched_event_, cudaEventDisableTiming));
   const uint64_t nk = uint64_t(max_batch) * m.spec.n_expert_used;
   reserve_pinned(ids_host_, (nk + m.spec.n_expert_used) * 4);
   if (m.streamed->cpu == nullptr) return;
   reserve_pinned(xn_host_, uint64_t(max_batch) * m.spec.n_embd * 4);
   reserve_pinned(wts_host_, nk * 4);
+}
+
+RoutedExperts::~RoutedExperts() {
+  if (fetched_event_) cudaEventDestroy(fetched_event_);
+}
+
+void RoutedExperts::fetched() {
+  if (!m_.streamed) return;
+  DF_CUDA_CHECK(cudaEventRecord(fetched_event_, m_.stream));
+  fetched_pending_ = true;
 }
 
 void RoutedExperts::guess(const GpuLayer& next, int64_t n) {
@@ -70,17 +88,17 @@ void RoutedExperts::fetch(uint32_t il, int64_t n) {
   const int64_t nk = n * s.n_expert_used, E = s.n_embd, X = s.n_expert;
   DF_CHECK(ids_host_.size() >= uint64_t(nk + s.n_expert_used) * 4);  // n within the max_batch it was sized for
   int32_t* ids = reinterpret_cast<int32_t*>(ids_host_.data());
-  cudaStream_t stream = m_.stream;
-  DF_CUDA_CHECK(cudaMemcpyAsync(ids, at<int32_t>(Buf::ids), nk * 4, cudaMemcpyDeviceToHost, stream));
-  if (guessing(n) && il + 1 < s.n_layer)
-    DF_CUDA_CHECK(cudaMemcpyAsync(ids + nk, at<float>(Buf::guess) + E + X, s.n_expert_used * 4,
-                                  cudaMemcpyDeviceToHost, stream));
+  // One launch that writes into the pinned host buffers, where copies would be a node each in a captured segment.
+  CopySpansArgs c{.stream = m_.stream};
+  c.spans[0] = {at<int32_t>(Buf::ids), ids, nk * 4};
+  if (guessing(n) && il + 1 < s.n_layer) c.spans[1] = {at<float>(Buf::guess) + E + X, ids + nk, s.n_expert_used * 4};
   // Decode steps (one sequence's token or a token of each of several): the CPU may share the misses, and needs the
   // normed rows and the routing weights too.
   if (splits(n)) {
-    DF_CUDA_CHECK(cudaMemcpyAsync(xn_host_.data(), at<float>(Buf::xn), n * E * 4, cudaMemcpyDeviceToHost, stream));
-    DF_CUDA_CHECK(cudaMemcpyAsync(wts_host_.data(), at<float>(Buf::wts), nk * 4, cudaMemcpyDeviceToHost, stream));
+    c.spans[2] = {at<float>(Buf::xn), xn_host_.data(), n * E * 4};
+    c.spans[3] = {at<float>(Buf::wts), wts_host_.data(), nk * 4};
   }
+  copy_spans(c);
 }
 
 void RoutedExperts::run(const GpuLayer& l, uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out) {
@@ -99,12 +117,11 @@ model::ExpertWeights RoutedExperts::matrices(const GpuLayer& l, uint32_t il) con
   return {x.gate.at(t.plane(0)), x.up.at(t.plane(1)), x.down.at(t.plane(2))};
 }
 
-void RoutedExperts::combine(const float* weights, int64_t n, int n_used, float* out, bool accumulate) {
-  const int64_t E = m_.spec.n_embd;
-  const bool direct = out != nullptr && !accumulate;
-  moe_combine({.expert_out = at<float>(Buf::expert_out), .weights = weights, .out = direct ? out : at<float>(Buf::proj),
-               .n_tok = n, .n_embd = E, .n_used = n_used, .stream = m_.stream});
-  if (!direct) add({.x = out ? out : at<float>(Buf::x), .y = at<float>(Buf::proj), .n = n * E, .stream = m_.stream});
+void RoutedExperts::combine(const float* weights, int64_t n, int n_used, float* out, bool accumulate,
+                            const float* rows) {
+  moe_combine({.expert_out = rows ? rows : at<float>(Buf::expert_out), .weights = weights,
+               .out = out ? out : at<float>(Buf::x), .n_tok = n, .n_embd = m_.spec.n_embd, .n_used = n_used,
+               .stream = m_.stream, .accumulate = out == nullptr || accumulate});
 }
 
 void RoutedExperts::decode_gate_up(const model::ExpertWeights& w, uint64_t gate_stride, uint64_t up_stride,
@@ -196,6 +213,7 @@ void RoutedExperts::ungrouped(const GpuLayer& l, int64_t n) {
 }
 
 void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fused, float* out) {
+  const bool fetch_only = std::exchange(fetched_pending_, false);
   if (!status_.ok()) return;  // an earlier layer's read failed: eval reports it
   const AddSeconds whole(times_.total_s);
   const model::ModelSpec& s = m_.spec;
@@ -214,7 +232,11 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
   const int32_t* ids = reinterpret_cast<const int32_t*>(ids_host_.data());
   {
     const AddSeconds wait(times_.gpu_wait_s);
-    DF_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (fetch_only) {
+      DF_CUDA_CHECK(cudaEventSynchronize(fetched_event_));
+    } else {
+      DF_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
   }
 
   const model::ExpertLayout& layout = st.layouts->experts[il];
@@ -325,7 +347,8 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
 
 // A few tokens whose GPU experts fit in one group: the fused two-launch path with slot ids. With a CPU share, the
 // CPU's (token, slot) pairs point at a GPU slot with weight 0 in the fused combine (adding 0 keeps the sum), and
-// their rows are combined and added afterwards (written, where out is set and the GPU has none).
+// their rows are combined and added afterwards (written, where out is set and the GPU has none). The GPU's copies and
+// launches are queued while the pool's other threads start the CPU's share, which would otherwise wait for them.
 void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h,
                                  float* out) {
   const model::ModelSpec& s = m_.spec;
@@ -337,7 +360,8 @@ void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, cons
   int32_t* slot_dev = at<int32_t>(Buf::plan);
   float* wmod_dev = reinterpret_cast<float*>(slot_dev + nk);
   const float* wts = reinterpret_cast<const float*>(wts_host_.data());
-  if (!schedule_.gpu.empty()) {
+  auto gpu = [&] {
+    if (schedule_.gpu.empty()) return;
     Result<cache::Pins> pins = st.gpu->acquire(il, schedule_.gpu);
     if (!pins) {
       status_ = pins.take_error();
@@ -358,18 +382,24 @@ void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, cons
     decode_gate_up(w, tier.stride(0), tier.stride(1), n_slots, slot_dev, n, xq);
     decode_down(w.down, tier.stride(2), n_slots, slot_dev, share ? wmod_dev : at<float>(Buf::wts), n, out);
     pins->release();
+  };
+  // Beside the CPU's share only where RAM holds every record: elsewhere the GPU's copies may first read records from
+  // disk, which the CPU's share (and the rate measured from it) must not wait through.
+  const bool beside = share && st.ram->resident();
+  if (!beside) {
+    gpu();
+    if (!share || !status_.ok()) return;
   }
-  if (!share) return;
-  const bool first = schedule_.gpu.empty();  // out not written yet
+  // The CPU's rows and their weights stay in pinned host memory, where the combine reads them.
   float* h_cw = reinterpret_cast<float*>(h + 2 * nk);
-  float* cw_dev = reinterpret_cast<float*>(slot_dev + 2 * nk);
-  const int64_t width = cpu_share(il, ids, n, h_cw);
+  const int64_t width = cpu_share(il, ids, n, h_cw, beside ? std::function<void()>(gpu) : nullptr);
   if (!status_.ok()) return;  // its experts could not be read: eval reports it
-  DF_CUDA_CHECK(cudaMemcpyAsync(cw_dev, h_cw, n * width * 4, cudaMemcpyHostToDevice, stream));
-  combine(cw_dev, n, int(width), out, /*accumulate=*/!first);
+  combine(h_cw, n, int(width), out, /*accumulate=*/!schedule_.gpu.empty(),
+          reinterpret_cast<const float*>(cpu_out_host_.data()));
 }
 
-int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, float* packed_weights) {
+int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, float* packed_weights,
+                                 const std::function<void()>& beside) {
   const model::ModelSpec& s = m_.spec;
   const StreamedExperts& st = *m_.streamed;
   const int K = int(s.n_expert_used);
@@ -378,7 +408,7 @@ int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, flo
   Result<cache::Pins> pins = st.ram->acquire(il, schedule_.cpu);
   if (!pins) {
     status_ = pins.take_error();
-    return 0;
+    return 0;  // beside is not run: the pass ends here
   }
   // The CPU's (token, slot) pairs v = t * K + k, expert by expert, each expert's in routing order: [first[c],
   // first[c + 1]) of pairs_ are expert c's.
@@ -428,7 +458,7 @@ int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, flo
   float* out = reinterpret_cast<float*>(cpu_out_host_.data());
   cpu::expert_products(*st.cpu, ew, first, one ? xn : cpu_in_.data(), one ? out : cpu_rows_.data(), cpu_scratch_,
                        glu_ == Glu::kGelu ? cpu::GateActivation::kGeGlu : cpu::GateActivation::kSwiGlu,
-                       /*shared_in=*/one, /*cuda_order=*/true);
+                       /*shared_in=*/one, /*cuda_order=*/true, beside);
   const auto t1 = std::chrono::steady_clock::now();
   const double took_s = std::chrono::duration<double>(t1 - t0).count();
   times_.cpu_s += took_s;
@@ -443,15 +473,14 @@ int64_t RoutedExperts::cpu_share(uint32_t il, const int32_t* ids, int64_t n, flo
     for (int64_t p = 0; p < P; ++p)
       std::copy_n(cpu_rows_.data() + p * E, E, out + dest[size_t(p)] * E);
   }
-  float* expert_out = at<float>(Buf::expert_out);
   if (packed_weights) {
     const float* wts = reinterpret_cast<const float*>(wts_host_.data());
     std::fill_n(packed_weights, rows, 0.0f);
     for (int64_t p = 0; p < P; ++p) packed_weights[dest[size_t(p)]] = wts[pairs_[size_t(p)]];
-    DF_CUDA_CHECK(cudaMemcpyAsync(expert_out, out, rows * E * 4, cudaMemcpyHostToDevice, m_.stream));
     return width;
   }
   // Rows in routing order to their pairs' places, a copy per run of adjacent pairs.
+  float* expert_out = at<float>(Buf::expert_out);
   for (int64_t r0 = 0, r1; r0 < P; r0 = r1) {
     for (r1 = r0 + 1; r1 < P && in_order[size_t(r1)] == in_order[size_t(r1 - 1)] + 1;) ++r1;
     DF_CUDA_CHECK(cudaMemcpyAsync(expert_out + in_order[size_t(r0)] * E, out + r0 * E, (r1 - r0) * E * 4,

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "diskformer/backend/cpu/experts.h"
@@ -28,6 +29,9 @@ class RoutedExperts {
   // max_batch: the most tokens of one run (the host's copies of the router's choices are sized for it once, so that
   // a captured copy keeps its address).
   RoutedExperts(const GpuModel& m, std::vector<DeviceBuffer>& buf, bool grouped, uint32_t max_batch);
+  ~RoutedExperts();
+  RoutedExperts(const RoutedExperts&) = delete;
+  RoutedExperts& operator=(const RoutedExperts&) = delete;
 
   // The next layer's experts as its router picks them from the residual x (decode with streamed experts, before this
   // layer's FFN overwrites xn): into Buf::guess, read by run(). Launches only where guessing(n).
@@ -37,6 +41,10 @@ class RoutedExperts {
   // weights) queued for copying to the host, where run() reads them after its one wait. Queues nothing where the
   // experts are resident. Only launches and copies, so that it can be captured with the layer's other work.
   void fetch(uint32_t il, int64_t n);
+  // Where the experts stream: the stream's work so far ends with the next run()'s fetch (called after its segment,
+  // outside any capture). run() then waits for that point alone, and what is queued between (the shared expert)
+  // runs on the GPU while the host plans the experts. Without it, run() waits for the whole stream.
+  void fetched();
   // Layer il, n tokens: the router's ids and weights are in Buf::ids / Buf::wts (and fetched, where the experts
   // stream), the normed input in Buf::xn (xq its Q8_0 blocks when fused: moe_decode_gate_up applies, and the fused
   // down launch where it takes the rows); adds the experts' weighted sum into the residual stream, or writes it to out
@@ -70,14 +78,17 @@ class RoutedExperts {
   // combine.
   void decode_down(const model::Mat& down, uint64_t stride, int32_t n_expert, const int32_t* ids, const float* weights,
                    int64_t n, float* out);
-  // sum over k < n_used of weights[t][k] * Buf::expert_out rows: written to out, added into it (accumulate), or added
-  // into the residual stream (out null).
-  void combine(const float* weights, int64_t n, int n_used, float* out, bool accumulate = false);
+  // sum over k < n_used of weights[t][k] * rows ([n][n_used][n_embd], Buf::expert_out where null): written to out,
+  // added into it (accumulate), or added into the residual stream (out null). One launch.
+  void combine(const float* weights, int64_t n, int n_used, float* out, bool accumulate = false,
+               const float* rows = nullptr);
   // The CPU's share of n tokens' experts: gate, up, the activation and down of each expert in schedule_.cpu from RAM,
-  // for every token routed to it. The rows go to expert_out at their routing positions; or, with packed_weights,
-  // packed [n][width] (each token's in routing order, zero rows after them), their routing weights likewise into
-  // packed_weights ([n][width], host): returns width.
-  int64_t cpu_share(uint32_t il, const int32_t* ids, int64_t n, float* packed_weights);
+  // for every token routed to it. The rows go to expert_out at their routing positions; or, with packed_weights, stay
+  // in cpu_out_host_ packed [n][width] (each token's in routing order, zero rows after them), their routing weights
+  // likewise into packed_weights ([n][width], pinned host): returns width. beside, where given, runs on this thread
+  // while the pool's other threads start the products (cpu::expert_products), unless the experts cannot be read.
+  int64_t cpu_share(uint32_t il, const int32_t* ids, int64_t n, float* packed_weights,
+                    const std::function<void()>& beside = {});
 
   const GpuModel& m_;
   std::vector<DeviceBuffer>& buf_;
@@ -107,6 +118,8 @@ class RoutedExperts {
   double link_s_ = 0;
   double idle_link_s_ = 0;
   ExpertHostTimes times_;
+  cudaEvent_t fetched_event_ = nullptr;  // fetched(), where the experts stream
+  bool fetched_pending_ = false;
 };
 
 }  // namespace df::cuda

@@ -101,6 +101,10 @@ void Forward::products(int64_t n, const uint8_t* xq, std::initializer_list<std::
             .stream = m_.stream, .x_q8 = xq, .dequant = at<uint8_t>(Buf::dequant)});
 }
 
+bool Forward::quantizes_in_blocks(const model::Mat& w, int64_t n) {
+  return decode_matvec_supported(w, n) && n * w.cols <= 4096;
+}
+
 void Forward::add_product(const model::Mat& w, const float* in, int64_t n, const uint8_t* in_q8) {
   product(w, in, n, at<float>(Buf::x), /*accumulate=*/true, {}, in_q8);
 }
@@ -115,7 +119,7 @@ void Forward::product(const model::Mat& w, const float* in, int64_t n, float* y,
   DF_CHECK(in_q8 == nullptr || !gate.on);
   uint8_t* scratch = at<uint8_t>(Buf::scratch);
   if (decode_matvec_supported(w, n)) {
-    const bool per_block = in_q8 == nullptr && n * w.cols <= 4096;
+    const bool per_block = in_q8 == nullptr && quantizes_in_blocks(w, n);
     const uint8_t* xq = in_q8 != nullptr ? in_q8 : per_block ? nullptr : scratch;
     if (!per_block && in_q8 == nullptr)
       quantize_q8_0({.x = in, .y = scratch, .n_rows = n, .cols = w.cols, .stream = m_.stream, .gate = gate});

@@ -65,6 +65,9 @@ class Forward {
   }
   // Whether every product in ws takes Q8_0 activations of xn (norm_input then quantizes them).
   bool q8_inputs(std::span<const model::Mat* const> ws) const;
+  // Whether product() of w for n tokens quantizes its input (gate applied) inside the decode launch's blocks, writing
+  // nothing to scratch.
+  static bool quantizes_in_blocks(const model::Mat& w, int64_t n);
   // Norms n rows of the residual stream at x into xn; when q8_inputs(ws), they are quantized in the same launch and
   // returned (in scratch, shared by those products), else nullptr.
   const uint8_t* norm_input(const float* x, const float* weight, int64_t n, std::span<const model::Mat* const> ws);

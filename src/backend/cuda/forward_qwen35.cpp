@@ -20,17 +20,12 @@ void HybridForward::run(int64_t n, bool all_logits, float* logits) {
   const GpuWeights& w = *m_.weights;
   DF_CHECK(save_after_ == 0 || (save_after_ > 0 && save_after_ < n && !replay_));
   float* x = at<float>(Buf::x);
-  // The routed experts add into x; xn keeps the normed input that the shared expert reads after them (at the start
-  // of the next layer's segment).
   for (uint32_t il = 0; il < s.n_layer; ++il) {
     const GpuLayer& l = w.layer(il);
     const ExpertInput in = expert_input(l, il, n);
     segment(il, [&] {
-      if (il == 0) {
+      if (il == 0)
         get_rows({.table = w.token_embd(), .ids = at<int32_t>(Buf::tok), .n = n, .out = x, .stream = m_.stream});
-      } else {
-        shared_expert(w.layer(il - 1), n);
-      }
       if (s.is_recurrent(il)) {
         delta_net(l, slot_[il], n);
       } else {
@@ -38,11 +33,14 @@ void HybridForward::run(int64_t n, bool all_logits, float* logits) {
       }
       ffn_block(l, il, n, in);
     });
+    // The shared expert before the routed ones, queued after the router's choices were fetched: where the experts
+    // stream, the GPU computes it while the host plans them, off the path from one layer's experts to the next's.
+    experts_.fetched();
+    segment(s.n_layer + 1 + il, [&] { shared_expert(l, n, in.xq); });
     experts_.run(l, il, n, in.xq, in.fused);
   }
   save_after_ = 0;
   segment(s.n_layer, [&] {
-    shared_expert(w.layer(s.n_layer - 1), n);
     const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
     normed_products(x + first * int64_t(s.n_embd), w.output_norm(), n_out, {{&w.output(), logits}});
   });
@@ -107,14 +105,30 @@ void HybridForward::gated_attention(const GpuLayer& l, uint32_t kv, int64_t n) {
   add_product(l.wo, attn, n);
 }
 
-void HybridForward::shared_expert(const GpuLayer& l, int64_t n) {
+void HybridForward::shared_expert(const GpuLayer& l, int64_t n, uint8_t* xq) {
   const model::ModelSpec& s = m_.spec;
   float *gate = at<float>(Buf::gate), *up = at<float>(Buf::up), *logit = at<float>(Buf::sh_logit);
   float* out = at<float>(Buf::proj);
-  products(n, nullptr, {{&l.gate_shexp, gate}, {&l.up_shexp, up}, {&l.gate_inp_shexp, logit}});
-  glu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff_shared), .stream = m_.stream});
-  matmul({.w = l.down_shexp, .x = gate, .n_tok = n, .y = out, .scratch = at<uint8_t>(Buf::scratch),
-          .stream = m_.stream, .dequant = at<uint8_t>(Buf::dequant)});
+  const model::Mat* gate_up[] = {&l.gate_shexp, &l.up_shexp};
+  // Where its products can take xq and quantize nothing into scratch themselves (the f32 gate row, the down
+  // product's input quantized inside its blocks), four launches; otherwise each product quantizes its input.
+  const bool on_xq = xq != nullptr && q8_inputs(gate_up) && l.gate_shexp.type == l.up_shexp.type &&
+                     decode_matvec_supported(l.gate_shexp, n) && !q8_activation_type(l.gate_inp_shexp.type) &&
+                     quantizes_in_blocks(l.down_shexp, n);
+  if (on_xq) {
+    products(n, xq, {{&l.gate_shexp, gate}, {&l.up_shexp, up}});
+    products(n, nullptr, {{&l.gate_inp_shexp, logit}});
+    product(l.down_shexp, gate, n, out, /*accumulate=*/false,
+            {.on = true, .mul = up, .mul_stride = int64_t(s.n_ff_shared)});
+  } else {
+    products(n, nullptr, {{&l.gate_shexp, gate}, {&l.up_shexp, up}, {&l.gate_inp_shexp, logit}});
+    glu({.gate = gate, .up = up, .y = gate, .n = n * int64_t(s.n_ff_shared), .stream = m_.stream});
+    matmul({.w = l.down_shexp, .x = gate, .n_tok = n, .y = out, .scratch = at<uint8_t>(Buf::scratch),
+            .stream = m_.stream, .dequant = at<uint8_t>(Buf::dequant)});
+    // The routed experts read xq after this, from scratch, which these products used.
+    if (xq != nullptr)
+      quantize_q8_0({.x = at<float>(Buf::xn), .y = xq, .n_rows = n, .cols = int64_t(s.n_embd), .stream = m_.stream});
+  }
   add_sigmoid_scaled({.x = at<float>(Buf::x), .y = out, .logit = logit, .n_tok = n, .n = int64_t(s.n_embd),
                       .stream = m_.stream});
 }

@@ -3,7 +3,8 @@
 // the causal convolution with its window, the q/k L2 norms, the gated delta rule with each v head's state, the gated
 // RMSNorm, the output projection) or a gated attention sublayer (the query rows that carry each head's gate, q/k
 // norms, NeoX RoPE on the first n_rot dims, attention over the f16 KV cache, the sigmoid gate), then the routed
-// experts of experts.h (Forward's feed-forward sublayer) and the shared expert under its sigmoid gate.
+// experts of experts.h (Forward's feed-forward sublayer) beside the shared expert under its sigmoid gate, which runs
+// first.
 //
 // The recurrent state lives in Buf::rec_state (buffers.h: recurrent_state_bytes), advanced by every batch; a batch
 // runs its tokens' delta rule in order inside one launch per layer, so the state after it does not depend on how
@@ -29,7 +30,9 @@ class HybridForward final : public Forward {
  private:
   void delta_net(const GpuLayer& l, uint32_t slot, int64_t n);
   void gated_attention(const GpuLayer& l, uint32_t kv, int64_t n);
-  void shared_expert(const GpuLayer& l, int64_t n);
+  // x += the shared expert's gated output for xn. xq: xn's Q8_0 blocks in scratch where the routed experts read
+  // them after it (ExpertInput), which it leaves as they were.
+  void shared_expert(const GpuLayer& l, int64_t n, uint8_t* xq);
 
   std::vector<uint32_t> slot_;  // [n_layer]: a DeltaNet layer's index into the state, an attention layer's KV layer
   int64_t save_after_ = 0;
