@@ -38,8 +38,8 @@ class RoutedExperts {
   void guess(const GpuLayer& next, int64_t n);
   bool guessing(int64_t n) const { return n == 1 && m_.streamed && m_.streamed->prefetch; }
   // Streamed experts: layer il's router choices (and the guess, and for a decode step the normed rows and routing
-  // weights) queued for copying to the host, where run() reads them after its one wait. Queues nothing where the
-  // experts are resident. Only launches and copies, so that it can be captured with the layer's other work.
+  // weights) written into pinned host memory by one launch, where run() reads them after its one wait. Queues nothing
+  // where the experts are resident. Only a launch, so that it can be captured with the layer's other work.
   void fetch(uint32_t il, int64_t n);
   // Where the experts stream: the stream's work so far ends with the next run()'s fetch (called after its segment,
   // outside any capture). run() then waits for that point alone, and what is queued between (the shared expert)

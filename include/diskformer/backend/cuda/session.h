@@ -44,9 +44,10 @@ struct StreamedExperts {
 
 // Where the host's time in the streamed experts' layers went, seconds summed over the layers so far: all of it, the
 // part blocked at the router's round trip (the GPU finishing the layer's attention and router, and the copies and
-// products queued before them), and the part computing the CPU's share (while the GPU copies and multiplies the rest).
+// products queued before them), and the part computing the CPU's share (while the GPU copies and multiplies the rest;
+// where RAM holds every record, the GPU's pins, copies and launches are queued inside it, on the calling thread).
 // What is left is planning: the schedule, the slots' pins (which wait where earlier copies still hold the staging
-// buffers), the copies and launches queued.
+// buffers), the copies and launches queued outside the CPU's share.
 struct ExpertHostTimes {
   double total_s = 0, gpu_wait_s = 0, cpu_s = 0;
 };
