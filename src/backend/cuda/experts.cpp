@@ -347,8 +347,8 @@ void RoutedExperts::streamed(uint32_t il, int64_t n, const uint8_t* xq, bool fus
 
 // A few tokens whose GPU experts fit in one group: the fused two-launch path with slot ids. With a CPU share, the
 // CPU's (token, slot) pairs point at a GPU slot with weight 0 in the fused combine (adding 0 keeps the sum), and
-// their rows are combined and added afterwards (written, where out is set and the GPU has none). The GPU's copies and
-// launches are queued while the pool's other threads start the CPU's share, which would otherwise wait for them.
+// their rows are combined and added afterwards (written, where out is set and the GPU has none). Where RAM holds every
+// record, the GPU's copies and launches are queued while the pool's other threads start the CPU's share.
 void RoutedExperts::fused_decode(uint32_t il, int64_t n, const uint8_t* xq, const int32_t* ids, int32_t* h,
                                  float* out) {
   const model::ModelSpec& s = m_.spec;
